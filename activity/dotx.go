@@ -1,0 +1,138 @@
+package activity
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	commonpb "go.temporal.io/api/common/v1"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
+
+// doTx runs the local-mutation path: the receipt and the caller's writes commit in one
+// transaction, so the local effect happens exactly once.
+//
+// Round trips: one read to replay a finished receipt without running fn, then the caller's own
+// transaction, with the receipt's INSERT sent in the same round trip as COMMIT. A concurrent
+// duplicate that passed the read too blocks on the receipts' unique index at that INSERT until
+// the first commits; its INSERT then fails, which turns its COMMIT into a rollback of its
+// business writes, and it replays the first one's receipt.
+func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload, error) {
+	if err := s.check(c); err != nil {
+		return nil, err
+	}
+	k := c.Key
+	obs := newObserver(ctx, s, k)
+	if r, err := s.read(ctx, k); err == nil {
+		return s.answerTx(c, r, obs)
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, &StoreError{Op: "read", Key: k, Err: err}
+	}
+
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, &StoreError{Op: "begin", Key: k, Err: err}
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, &StoreError{Op: "begin", Key: k, Err: err}
+	}
+	// Bookkeeping after fn must not be cut short by the activity's own deadline: an interrupted
+	// COMMIT is an unknown outcome that only the next attempt can resolve.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+
+	p, err := fn(keys.WithToken(ctx, k.Token()), tx)
+	if err == nil {
+		err = s.checkSize(k, p)
+	}
+	if err != nil {
+		if rbErr := tx.Rollback(wctx); rbErr != nil {
+			return nil, &StoreError{Op: "roll back", Key: k, Err: errors.Join(err, rbErr)}
+		}
+		if !s.isFinal(ctx, err) {
+			return nil, err // nothing was written; the retry runs fn again
+		}
+		return s.recordFailureTx(wctx, c, err, obs)
+	}
+
+	state, result, errType, errMsg, err := s.outcome(k, p, nil)
+	if err != nil {
+		_ = tx.Rollback(wctx)
+		return nil, err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(s.sql.insertFinal, s.finalArgs(c, state, result, errType, errMsg)...)
+	batch.Queue("COMMIT")
+	results := conn.Conn().SendBatch(wctx, batch)
+	_, insertErr := results.Exec()
+	_, commitErr := results.Exec()
+	closeErr := results.Close()
+	// The transaction was ended by the batch's COMMIT, behind pgx.Tx's back: the Tx value is
+	// dropped here, and the connection goes back to the pool idle. If the INSERT failed, the
+	// server skipped the COMMIT and the transaction is still open and aborted: roll it back.
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		if _, err := conn.Conn().Exec(wctx, "ROLLBACK"); err != nil {
+			conn.Conn().Close(wctx) //nolint:errcheck // the connection is unusable either way
+		}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(insertErr, &pgErr) && pgErr.Code == "23505" { // unique_violation: a duplicate won
+		r, err := s.read(wctx, k)
+		if err != nil {
+			return nil, &StoreError{Op: "read", Key: k, Err: err}
+		}
+		return s.answerTx(c, r, obs)
+	}
+	if err := errors.Join(insertErr, commitErr, closeErr); err != nil {
+		// Possibly committed: the next attempt's read tells.
+		return nil, &StoreError{Op: "commit", Key: k, Err: err}
+	}
+	obs.count(MetricReserved)
+	return p, nil
+}
+
+// recordFailureTx records a final error of fn, unless a concurrent duplicate's receipt got there
+// first, in which case that one is the answer.
+func (s *Store) recordFailureTx(ctx context.Context, c Call, fnErr error, obs observer) (*commonpb.Payload, error) {
+	k := c.Key
+	state, result, errType, errMsg, _ := s.outcome(k, nil, fnErr)
+	tag, err := s.db.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, state, result, errType, errMsg)...)
+	if err != nil {
+		return nil, &StoreError{Op: "complete", Key: k, Err: err}
+	}
+	if tag.RowsAffected() == 0 {
+		r, err := s.read(ctx, k)
+		if err != nil {
+			return nil, &StoreError{Op: "read", Key: k, Err: err}
+		}
+		return s.answerTx(c, r, obs)
+	}
+	return nil, fnErr
+}
+
+// answerTx answers a DoTx call from an existing receipt.
+func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, error) {
+	if err := s.checkFingerprint(c, r, obs); err != nil {
+		return nil, err
+	}
+	if r.state == StatePending {
+		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
+		obs.count(MetricInProgress)
+		return nil, &InProgressError{Key: c.Key, RetryAfter: min(max(r.leaseRemaining, 100*time.Millisecond), s.cfg.InProgressDelayMax)}
+	}
+	obs.count(MetricReplayed)
+	return s.replay(r)
+}
+
+func (s *Store) finalArgs(c Call, state string, result []byte, errType, errMsg *string) []any {
+	k := c.Key
+	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
+		state, result, errType, errMsg, s.cfg.Retention.Microseconds()}
+}

@@ -1,0 +1,201 @@
+package activity
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+// Temporal application error types of the errors this package returns. Workflows and retry
+// policies can name them (RetryPolicy.NonRetryableErrorTypes, temporal.ApplicationError.Type).
+const (
+	ErrTypePayloadMismatch = "tempotent.PayloadMismatch"    // non-retryable
+	ErrTypeInProgress      = "tempotent.InProgress"         // retryable, with a next-retry delay
+	ErrTypeOutcomeUnknown  = "tempotent.OutcomeUnknown"     // non-retryable
+	ErrTypeFencedOut       = "tempotent.FencedOut"          // retryable
+	ErrTypeBeyondHorizon   = "tempotent.BeyondReplayHorizon" // non-retryable
+	ErrTypeInvalidKey      = "tempotent.InvalidKey"         // non-retryable
+	ErrTypePayloadTooLarge = "tempotent.PayloadTooLarge"    // non-retryable
+	ErrTypeStore           = "tempotent.StoreUnavailable"   // retryable
+)
+
+// Sentinel errors, matched with errors.Is by the typed errors below.
+var (
+	ErrPayloadMismatch = errors.New("payload mismatch")
+	ErrInProgress      = errors.New("in progress")
+	ErrOutcomeUnknown  = errors.New("outcome unknown")
+	ErrFencedOut       = errors.New("fenced out")
+	ErrBeyondHorizon   = errors.New("beyond the replay horizon")
+	ErrPayloadTooLarge = errors.New("payload too large")
+	ErrStore           = errors.New("receipt store unavailable")
+)
+
+// MismatchError reports that a key was used again with a different request. Nothing was called.
+type MismatchError struct {
+	Key            keys.Key
+	Stored, Actual keys.Fingerprint
+}
+
+func (e *MismatchError) Error() string {
+	if e.Stored.Version != e.Actual.Version {
+		return fmt.Sprintf("payload mismatch for key %s: the receipt's fingerprint is version %d and this build computes version %d; the receipt cannot be compared, so nothing was called",
+			e.Key, e.Stored.Version, e.Actual.Version)
+	}
+	return fmt.Sprintf("payload mismatch for key %s: the same key was used with a different request (recorded %s, got %s); use a new key for a new intent",
+		e.Key, e.Stored, e.Actual)
+}
+
+func (e *MismatchError) Is(target error) bool { return target == ErrPayloadMismatch }
+
+// InProgressError reports that another attempt holds the key's lease. Retry after RetryAfter:
+// the attempt will have finished, or its lease will have ended and the retry takes over.
+type InProgressError struct {
+	Key        keys.Key
+	RetryAfter time.Duration
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("key %s is in progress in another attempt; retry in %v", e.Key, e.RetryAfter)
+}
+
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// OutcomeUnknownError reports that an earlier attempt may have had its effect (it was taken over
+// after its lease ended) and the downstream neither deduplicates on the token nor was asked
+// through a reconcile function. The receipt records this failure, so later attempts get it too:
+// find out under Token what happened, then delete the receipt or use a new key.
+type OutcomeUnknownError struct {
+	Key   keys.Key
+	Token keys.Token
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("outcome unknown for key %s (token %s): an earlier attempt may have had its effect; the downstream does not deduplicate and no reconcile function was given, so it was not called again. Check the downstream for token %s, then resolve the receipt by hand",
+		e.Key, e.Token, e.Token)
+}
+
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// FencedOutError reports that this attempt lost its lease to a takeover and the attempt that took
+// over has not recorded an outcome yet. The retry replays whatever is recorded by then.
+type FencedOutError struct{ Key keys.Key }
+
+func (e *FencedOutError) Error() string {
+	return fmt.Sprintf("attempt for key %s was fenced out by a newer attempt; its result was not recorded", e.Key)
+}
+
+func (e *FencedOutError) Is(target error) bool { return target == ErrFencedOut }
+
+// HorizonError refuses an activity that was scheduled longer ago than the store's retention:
+// its receipt may have been purged, and running it again could duplicate its effect.
+type HorizonError struct {
+	Key       keys.Key
+	Scheduled time.Time
+	Retention time.Duration
+}
+
+func (e *HorizonError) Error() string {
+	return fmt.Sprintf("key %s: the activity was scheduled at %s, longer ago than the receipts' retention (%v); its receipt may have been purged, so it was refused. Start a new intent, or raise Config.Retention above your retry and reset horizon",
+		e.Key, e.Scheduled.UTC().Format(time.RFC3339), e.Retention)
+}
+
+func (e *HorizonError) Is(target error) bool { return target == ErrBeyondHorizon }
+
+// PayloadTooLargeError reports a result larger than Config.MaxPayloadBytes. The receipt records
+// the failure, not a truncated result.
+type PayloadTooLargeError struct {
+	Key         keys.Key
+	Size, Limit int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("result for key %s is %d bytes, above the limit of %d (Config.MaxPayloadBytes); return a reference to the data instead of the data", e.Key, e.Size, e.Limit)
+}
+
+func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPayloadTooLarge }
+
+// StoreError wraps a database error met while reading or writing a receipt. It is retryable:
+// nothing that happened is forgotten (a receipt write either committed or did not), and the
+// next attempt finds out which.
+type StoreError struct {
+	Op  string // "reserve", "read", "take over", "complete", "release", "commit"
+	Key keys.Key
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	var pgErr *pgconn.PgError
+	if errors.As(e.Err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: run Store.Migrate (or apply activity.Migrations) first: %v", e.Op, e.Key, e.Err)
+	}
+	return fmt.Sprintf("%s receipt %s: %v", e.Op, e.Key, e.Err)
+}
+
+func (e *StoreError) Unwrap() error        { return e.Err }
+func (e *StoreError) Is(target error) bool { return target == ErrStore }
+
+// notApplied marks an error after which the effect certainly did not happen.
+type notApplied struct{ err error }
+
+func (e notApplied) Error() string { return e.err.Error() }
+func (e notApplied) Unwrap() error { return e.err }
+
+// NotApplied marks err as one after which the effect certainly did not happen (the request was
+// never sent: connection refused, a validation error before the call). The receipt then lets
+// the next attempt call again without treating the outcome as unknown. Errors not so marked are
+// ambiguous: they may have happened after the downstream acted.
+func NotApplied(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notApplied{err}
+}
+
+// IsNotApplied reports whether err was marked with NotApplied.
+func IsNotApplied(err error) bool {
+	var na notApplied
+	return errors.As(err, &na)
+}
+
+// toTemporal turns this package's errors into Temporal application errors with the exported
+// types, keeping the typed error as the cause so errors.As still finds it. Errors that are
+// already application errors, and errors from the wrapped function, pass through unchanged.
+func toTemporal(err error) error {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return err
+	}
+	var (
+		inProgress *InProgressError
+		msg        = err.Error()
+	)
+	switch {
+	case errors.As(err, &inProgress):
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeInProgress, temporal.ApplicationErrorOptions{
+			NextRetryDelay: inProgress.RetryAfter, Cause: err,
+		})
+	case errors.Is(err, ErrPayloadMismatch):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadMismatch, err)
+	case errors.Is(err, ErrOutcomeUnknown):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeOutcomeUnknown, err)
+	case errors.Is(err, ErrBeyondHorizon):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeBeyondHorizon, err)
+	case errors.Is(err, ErrPayloadTooLarge):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadTooLarge, err)
+	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidKey, err)
+	case errors.Is(err, ErrFencedOut):
+		return temporal.NewApplicationError(msg, ErrTypeFencedOut, err)
+	case errors.Is(err, ErrStore):
+		return temporal.NewApplicationError(msg, ErrTypeStore, err)
+	}
+	return err
+}

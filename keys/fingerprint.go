@@ -1,0 +1,213 @@
+package keys
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// FingerprintVersion is the version of the canonical form that Fingerprint hashes. It is stored
+// beside every fingerprint so the canonical form can change without every stored receipt turning
+// into a payload mismatch: a receipt is compared only with a fingerprint of its own version.
+const FingerprintVersion = 1
+
+// ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
+// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, or an object
+// with a repeated member name.
+var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
+
+// Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
+// of the canonical form. Same key with a different Fingerprint is a payload mismatch.
+type Fingerprint struct {
+	Version int16
+	Sum     [sha256.Size]byte
+}
+
+// String renders the fingerprint as "v1:<hex>".
+func (f Fingerprint) String() string {
+	return "v" + strconv.Itoa(int(f.Version)) + ":" + hex.EncodeToString(f.Sum[:])
+}
+
+// FingerprintJSON fingerprints a request given as JSON. Object member order and insignificant
+// whitespace do not matter, numbers compare by value ("1", "1.0" and "1e0" are the same request),
+// and strings compare byte for byte after JSON unescaping (no Unicode normalisation).
+func FingerprintJSON(raw []byte) (Fingerprint, error) {
+	canon, err := Canonicalize(raw)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	return Fingerprint{Version: FingerprintVersion, Sum: sha256.Sum256(canon)}, nil
+}
+
+// FingerprintOf fingerprints v's encoding/json form (see FingerprintJSON). A value that
+// encoding/json cannot encode (a channel, a func) is an error. Note that encoding/json replaces
+// invalid UTF-8 in Go strings with U+FFFD before the fingerprint sees it; pass such data as
+// []byte, which is encoded as base64.
+func FingerprintOf(v any) (Fingerprint, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint request: %w: %w", ErrNotCanonicalizable, err)
+	}
+	return FingerprintJSON(raw)
+}
+
+// Canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
+// members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
+// re-encoded without HTML escaping, and numbers in the exact decimal form described at
+// canonicalNumber. It refuses invalid UTF-8 and repeated member names, which JSON decoders
+// resolve differently, instead of guessing.
+func Canonicalize(raw []byte) ([]byte, error) {
+	if !utf8.Valid(raw) {
+		return nil, fmt.Errorf("canonicalize: %w: invalid UTF-8", ErrNotCanonicalizable)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var out bytes.Buffer
+	if err := canonicalValue(dec, &out); err != nil {
+		return nil, fmt.Errorf("canonicalize: %w: %w", ErrNotCanonicalizable, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("canonicalize: %w: data after the top-level value", ErrNotCanonicalizable)
+	}
+	return out.Bytes(), nil
+}
+
+func canonicalValue(dec *json.Decoder, out *bytes.Buffer) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			return canonicalObject(dec, out)
+		case '[':
+			return canonicalArray(dec, out)
+		}
+		return fmt.Errorf("unexpected %q", t)
+	case string:
+		return writeString(out, t)
+	case json.Number:
+		n, err := canonicalNumber(string(t))
+		if err != nil {
+			return err
+		}
+		out.WriteString(n)
+	case bool:
+		out.WriteString(strconv.FormatBool(t))
+	case nil:
+		out.WriteString("null")
+	}
+	return nil
+}
+
+func canonicalObject(dec *json.Decoder, out *bytes.Buffer) error {
+	type member struct{ name, value string }
+	var members []member
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name := tok.(string) // the decoder only yields strings in name position
+		if seen[name] {
+			return fmt.Errorf("member %q appears twice", name)
+		}
+		seen[name] = true
+		var v bytes.Buffer
+		if err := canonicalValue(dec, &v); err != nil {
+			return err
+		}
+		members = append(members, member{name, v.String()})
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return err
+	}
+	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	out.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		if err := writeString(out, m.name); err != nil {
+			return err
+		}
+		out.WriteByte(':')
+		out.WriteString(m.value)
+	}
+	out.WriteByte('}')
+	return nil
+}
+
+func canonicalArray(dec *json.Decoder, out *bytes.Buffer) error {
+	out.WriteByte('[')
+	for i := 0; dec.More(); i++ {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		if err := canonicalValue(dec, out); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // ']'
+		return err
+	}
+	out.WriteByte(']')
+	return nil
+}
+
+func writeString(out *bytes.Buffer, s string) error {
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	out.Truncate(out.Len() - 1) // Encode appends a newline
+	return nil
+}
+
+// canonicalNumber renders a JSON number exactly, in one form per value: the significant digits
+// with leading and trailing zeros removed, then "e" and the decimal exponent when it is not zero
+// ("1.50" → "15e-1", "100" → "1e2", "-0.0" → "0"). It never rounds, so amounts beyond float64
+// precision still compare exactly.
+func canonicalNumber(lit string) (string, error) {
+	neg := strings.HasPrefix(lit, "-")
+	lit = strings.TrimPrefix(lit, "-")
+	mant, expPart, hasExp := strings.Cut(strings.ToLower(lit), "e")
+	exp := 0
+	if hasExp {
+		e, err := strconv.Atoi(expPart)
+		if err != nil {
+			return "", fmt.Errorf("number %q: exponent out of range", lit)
+		}
+		exp = e
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	exp -= len(frac)
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	if trimmed == "" {
+		return "0", nil
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	b.WriteString(trimmed)
+	if exp != 0 {
+		b.WriteByte('e')
+		b.WriteString(strconv.Itoa(exp))
+	}
+	return b.String(), nil
+}

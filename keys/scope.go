@@ -1,0 +1,168 @@
+package keys
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"go.temporal.io/sdk/activity"
+)
+
+// Scope chooses how a key's ID is derived from the activity's identity.
+type Scope uint8
+
+const (
+	// ScopeWorkflow (the default) keys an activity by workflow ID, the workflow's OriginalRunID
+	// and a step name chosen in workflow code (WithStep; the activity type when none is given)
+	// with an occurrence counter. It survives workflow Reset, which starts a new run with the same
+	// OriginalRunID, and differs across Continue-As-New, Retry and Cron runs. It needs the header
+	// that Interceptor writes on the workflow side.
+	ScopeWorkflow Scope = iota
+	// ScopeRun keys an activity by workflow ID, run ID and activity ID, as Temporal's docs advise.
+	// It is stable across retry attempts but not across workflow Reset. A standalone activity
+	// (started by a client, not a workflow) is keyed by its activity ID and ActivityRunID.
+	ScopeRun
+	// ScopeExplicit uses a business key chosen by the caller, such as "order-123/charge", set in
+	// workflow code with WithID or given as Options.ID.
+	ScopeExplicit
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeWorkflow:
+		return "workflow"
+	case ScopeRun:
+		return "run"
+	case ScopeExplicit:
+		return "explicit"
+	}
+	return fmt.Sprintf("Scope(%d)", uint8(s))
+}
+
+// Options says how to derive a key. The zero Options derives a ScopeWorkflow key whose operation
+// is the activity type.
+type Options struct {
+	// Scope chooses the ID's derivation. Default ScopeWorkflow.
+	Scope Scope
+	// Operation overrides the activity type as the key's operation: give it when the activity
+	// may be renamed, or when two activity types perform the same intent.
+	Operation string
+	// ID is the explicit business key for ScopeExplicit when workflow code did not set one with
+	// WithID. An ID set in workflow code wins.
+	ID string
+}
+
+// Identity is what a key is derived from: the parts of activity.Info that identify an activity,
+// and the values that Interceptor and TenantPropagator carry in headers. IdentityFromActivity
+// fills it; tests and tools may build one by hand.
+//
+// Identity has no Attempt field on purpose: retries must get the same key, and an activity reset
+// sets the attempt back to 1.
+type Identity struct {
+	Namespace       string
+	WorkflowID      string
+	RunID           string
+	OriginalRunID   string // from the header; empty when the workflow side has no Interceptor
+	ActivityID      string
+	ActivityRunID   string // set only for standalone activities
+	ActivityType    string
+	IsLocalActivity bool
+	Step            string // from the header: step name and occurrence, e.g. "charge#1"
+	ExplicitID      string // from the header: set by WithID in workflow code
+	Tenant          string // from the header: set by WithTenant where the workflow was started
+}
+
+// IdentityFromActivity reads the identity of the activity running in ctx. It must be called in an
+// activity context; the header values are present when Interceptor (or the activity package's
+// interceptor, which includes it) is installed on the worker.
+func IdentityFromActivity(ctx context.Context) Identity {
+	info := activity.GetInfo(ctx)
+	h := headerValuesFrom(ctx)
+	return Identity{
+		Namespace:       info.Namespace,
+		WorkflowID:      info.WorkflowExecution.ID,
+		RunID:           info.WorkflowExecution.RunID,
+		OriginalRunID:   h.originalRunID,
+		ActivityID:      info.ActivityID,
+		ActivityRunID:   info.ActivityRunID,
+		ActivityType:    info.ActivityType.Name,
+		IsLocalActivity: info.IsLocalActivity,
+		Step:            h.step,
+		ExplicitID:      h.explicitID,
+		Tenant:          TenantFrom(ctx),
+	}
+}
+
+// FromActivity derives the key of the activity running in ctx. See Derive.
+func FromActivity(ctx context.Context, opts Options) (Key, error) {
+	return Derive(IdentityFromActivity(ctx), opts)
+}
+
+// Derive derives a key from an activity's identity. It never returns a key with an empty or
+// shared ID: when the identity lacks what the scope needs, it returns an error matching
+// ErrNoIdentity that says what to do; malformed explicit IDs, steps and tenants are an
+// *InvalidKeyError. Both are returned before anything is written or called.
+func Derive(id Identity, opts Options) (Key, error) {
+	k := Key{Namespace: id.Namespace, Tenant: id.Tenant, Operation: opts.Operation}
+	if k.Operation == "" {
+		k.Operation = id.ActivityType
+	}
+	var err error
+	switch opts.Scope {
+	case ScopeWorkflow:
+		k.ID, err = workflowID(id)
+	case ScopeRun:
+		k.ID, err = runID(id)
+	case ScopeExplicit:
+		k.ID = id.ExplicitID
+		if k.ID == "" {
+			k.ID = opts.ID
+		}
+		if k.ID == "" {
+			err = fmt.Errorf("%w: the explicit scope needs an ID: set keys.WithID in workflow code or Options.ID", ErrNoIdentity)
+		}
+	default:
+		err = fmt.Errorf("%w: unknown scope %v", ErrNoIdentity, opts.Scope)
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("derive key for %s: %w", k.Operation, err)
+	}
+	if err := k.Validate(); err != nil {
+		return Key{}, fmt.Errorf("derive key for %s: %w", k.Operation, err)
+	}
+	return k, nil
+}
+
+func workflowID(id Identity) (string, error) {
+	switch {
+	case id.WorkflowID == "":
+		return "", fmt.Errorf("%w: the workflow scope needs a workflow, and this activity was started without one; give it an explicit key (ScopeExplicit)", ErrNoIdentity)
+	case id.OriginalRunID == "" || id.Step == "":
+		return "", fmt.Errorf("%w: the workflow scope needs the OriginalRunID and step headers; install keys.Interceptor (or the activity package's interceptor) on the worker that runs the workflow", ErrNoIdentity)
+	}
+	return shorten("wf:" + id.WorkflowID + "/" + id.OriginalRunID + "/" + id.Step), nil
+}
+
+func runID(id Identity) (string, error) {
+	switch {
+	case id.IsLocalActivity:
+		// A local activity retried by timer is scheduled again under a new activity ID.
+		return "", fmt.Errorf("%w: a local activity's ID changes when it is retried by timer; use the workflow scope or an explicit key", ErrNoIdentity)
+	case id.WorkflowID != "" && id.RunID != "" && id.ActivityID != "":
+		return shorten("run:" + id.WorkflowID + "/" + id.RunID + "/" + id.ActivityID), nil
+	case id.WorkflowID == "" && id.ActivityID != "" && id.ActivityRunID != "":
+		return shorten("activity:" + id.ActivityID + "/" + id.ActivityRunID), nil
+	}
+	return "", fmt.Errorf("%w: the activity has neither a workflow execution nor an activity run ID; give it an explicit key (ScopeExplicit)", ErrNoIdentity)
+}
+
+// shorten keeps derived IDs within MaxIDLen by replacing an over-long one with its hash: workflow
+// IDs may be up to Temporal's own limit, which is larger than a receipts row wants.
+func shorten(id string) string {
+	if len(id) <= MaxIDLen {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
