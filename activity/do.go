@@ -123,7 +123,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 		switch r.state {
 		case StateCompleted, StateFailed:
 			obs.count(MetricReplayed)
-			return s.replay(r)
+			return s.replay(k, r)
 		}
 		if r.leaseRemaining > 0 {
 			obs.count(MetricInProgress)
@@ -201,8 +201,8 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 	defer cancel()
 
 	var (
-		tag pgconnTag
-		op  string
+		tag   pgconnTag
+		op    string
 		dbErr error
 	)
 	if err != nil && !s.isFinal(ctx, err) {
@@ -228,7 +228,7 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 		obs.log("fenced out: a newer attempt took over this receipt", "fence", fence)
 		r, rerr := s.read(wctx, k)
 		if rerr == nil && (r.state == StateCompleted || r.state == StateFailed) {
-			p, rerr := s.replay(r)
+			p, rerr := s.replay(k, r)
 			return &fencedOut{recorded: &recorded{payload: p, err: rerr}}
 		}
 		return &FencedOutError{Key: k}
@@ -291,10 +291,19 @@ func (s *Store) isFinal(ctx context.Context, err error) bool {
 	return false
 }
 
-// replay returns what a finished receipt recorded.
-func (s *Store) replay(r receipt) (*commonpb.Payload, error) {
+// replay returns what a finished receipt of k recorded. A recorded failure comes back as a
+// non-retryable application error of the recorded type and message; when it was one of this
+// package's own, its typed error is the cause again, so errors.As finds it on every replay.
+func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
 	if r.state == StateFailed {
-		return nil, temporal.NewNonRetryableApplicationError(deref(r.errMessage), deref(r.errType), nil)
+		var cause error
+		switch deref(r.errType) {
+		case ErrTypeOutcomeUnknown:
+			cause = &OutcomeUnknownError{Key: k, Token: k.Token()}
+		case ErrTypePayloadTooLarge:
+			cause = &PayloadTooLargeError{Key: k, Limit: s.cfg.MaxPayloadBytes}
+		}
+		return nil, temporal.NewNonRetryableApplicationError(deref(r.errMessage), deref(r.errType), cause)
 	}
 	if r.result == nil {
 		return nil, nil

@@ -128,7 +128,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 		return nil, &InProgressError{Key: c.Key, RetryAfter: min(max(r.leaseRemaining, 100*time.Millisecond), s.cfg.InProgressDelayMax)}
 	}
 	obs.count(MetricReplayed)
-	return s.replay(r)
+	return s.replay(c.Key, r)
 }
 
 func (s *Store) finalArgs(c Call, state string, result []byte, errType, errMsg *string) []any {

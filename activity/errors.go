@@ -14,14 +14,14 @@ import (
 // Temporal application error types of the errors this package returns. Workflows and retry
 // policies can name them (RetryPolicy.NonRetryableErrorTypes, temporal.ApplicationError.Type).
 const (
-	ErrTypePayloadMismatch = "tempotent.PayloadMismatch"    // non-retryable
-	ErrTypeInProgress      = "tempotent.InProgress"         // retryable, with a next-retry delay
-	ErrTypeOutcomeUnknown  = "tempotent.OutcomeUnknown"     // non-retryable
-	ErrTypeFencedOut       = "tempotent.FencedOut"          // retryable
+	ErrTypePayloadMismatch = "tempotent.PayloadMismatch"     // non-retryable
+	ErrTypeInProgress      = "tempotent.InProgress"          // retryable, with a next-retry delay
+	ErrTypeOutcomeUnknown  = "tempotent.OutcomeUnknown"      // non-retryable
+	ErrTypeFencedOut       = "tempotent.FencedOut"           // retryable
 	ErrTypeBeyondHorizon   = "tempotent.BeyondReplayHorizon" // non-retryable
-	ErrTypeInvalidKey      = "tempotent.InvalidKey"         // non-retryable
-	ErrTypePayloadTooLarge = "tempotent.PayloadTooLarge"    // non-retryable
-	ErrTypeStore           = "tempotent.StoreUnavailable"   // retryable
+	ErrTypeInvalidKey      = "tempotent.InvalidKey"          // non-retryable
+	ErrTypePayloadTooLarge = "tempotent.PayloadTooLarge"     // non-retryable
+	ErrTypeStore           = "tempotent.StoreUnavailable"    // retryable
 )
 
 // Sentinel errors, matched with errors.Is by the typed errors below.
@@ -193,9 +193,9 @@ func toTemporal(err error) error {
 	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidKey, err)
 	case errors.Is(err, ErrFencedOut):
-		return temporal.NewApplicationError(msg, ErrTypeFencedOut, err)
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeFencedOut, temporal.ApplicationErrorOptions{Cause: err})
 	case errors.Is(err, ErrStore):
-		return temporal.NewApplicationError(msg, ErrTypeStore, err)
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeStore, temporal.ApplicationErrorOptions{Cause: err})
 	}
 	return err
 }

@@ -105,4 +105,3 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
-

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	sdkactivity "go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 
 	"github.com/tempotent/tempotent/keys"
 )

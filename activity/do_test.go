@@ -1,0 +1,471 @@
+package activity_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+type chargeResult struct {
+	ChargeID string `json:"charge_id"`
+	Token    string `json:"token"`
+}
+
+// doUntilDone calls Do the way Temporal's retries would: again after each in-progress error.
+func doUntilDone[T any](ctx context.Context, t *testing.T, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
+	for {
+		out, err := activity.Do(ctx, s, c, fn)
+		if !errors.Is(err, activity.ErrInProgress) {
+			return out, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SixtyFourGoroutinesOneKey", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-1/charge", map[string]int{"amount": 100})
+		var calls atomic.Int32
+		results := make([]chargeResult, 64)
+		errs := make([]error, 64)
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Go(func() {
+				results[i], errs[i] = doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+					n := calls.Add(1)
+					tok, _ := keys.TokenFrom(ctx)
+					time.Sleep(20 * time.Millisecond) // hold the lease while the others arrive
+					return chargeResult{ChargeID: "ch_" + string(rune('0'+n)), Token: tok.String()}, nil
+				})
+			})
+		}
+		wg.Wait()
+		require.Equal(t, int32(1), calls.Load(), "the wrapped function ran more than once")
+		for i := range 64 {
+			require.NoError(t, errs[i], "caller %d", i)
+			require.Equal(t, results[0], results[i], "caller %d got another result", i)
+		}
+		require.Equal(t, c.Key.Token().String(), results[0].Token)
+	})
+
+	t.Run("ReplayDoesNotCall", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-2/charge", map[string]int{"amount": 100})
+		var calls int
+		fn := func(context.Context) (chargeResult, error) {
+			calls++
+			return chargeResult{ChargeID: "ch_1"}, nil
+		}
+		first, err := activity.Do(ctx, s, c, fn)
+		require.NoError(t, err)
+		again, err := activity.Do(ctx, s, c, fn)
+		require.NoError(t, err)
+		require.Equal(t, first, again)
+		require.Equal(t, 1, calls)
+	})
+
+	t.Run("NonRetryableFailureIsRecordedAndReplayed", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-3/charge", map[string]int{"amount": 100})
+		var calls int
+		fn := func(context.Context) (chargeResult, error) {
+			calls++
+			return chargeResult{}, temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil)
+		}
+		for range 3 {
+			_, err := activity.Do(ctx, s, c, fn)
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, "CardDeclined", appErr.Type())
+			require.Equal(t, "card declined", appErr.Message())
+			require.True(t, appErr.NonRetryable())
+		}
+		require.Equal(t, 1, calls, "a recorded decline was retried into another call")
+		state, _ := receiptState(t, schema, c.Key)
+		require.Equal(t, activity.StateFailed, state)
+	})
+
+	t.Run("RetryableErrorReleasesLeaseAndKeepsToken", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-4/charge", map[string]int{"amount": 100})
+		c.DownstreamDeduplicates = true
+		var tokens []keys.Token
+		fn := func(ctx context.Context) (chargeResult, error) {
+			tok, _ := keys.TokenFrom(ctx)
+			tokens = append(tokens, tok)
+			if len(tokens) < 3 {
+				return chargeResult{}, errors.New("provider answered 503")
+			}
+			return chargeResult{ChargeID: "ch_1"}, nil
+		}
+		for range 2 {
+			_, err := activity.Do(ctx, s, c, fn)
+			require.ErrorContains(t, err, "503")
+			state, _ := receiptState(t, schema, c.Key)
+			require.Equal(t, activity.StatePending, state)
+		}
+		// No wait for a lease: the released receipt is taken over at once.
+		out, err := activity.Do(ctx, s, c, fn)
+		require.NoError(t, err)
+		require.Equal(t, "ch_1", out.ChargeID)
+		require.Equal(t, []keys.Token{c.Key.Token(), c.Key.Token(), c.Key.Token()}, tokens)
+		_, fence := receiptState(t, schema, c.Key)
+		require.Equal(t, int64(3), fence)
+	})
+
+	t.Run("InProgressCarriesNextRetryDelay", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-5/charge", map[string]int{"amount": 100})
+		c.Lease = time.Minute
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error)
+		go func() {
+			_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+				close(started)
+				<-release
+				return 1, nil
+			})
+			done <- err
+		}()
+		<-started
+		_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+			t.Error("a duplicate ran while the first attempt held the lease")
+			return 0, nil
+		})
+		var inProgress *activity.InProgressError
+		require.ErrorAs(t, err, &inProgress)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, activity.ErrTypeInProgress, appErr.Type())
+		require.False(t, appErr.NonRetryable())
+		require.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
+		require.LessOrEqual(t, appErr.NextRetryDelay(), activity.InProgressDelayMaxDefault)
+		close(release)
+		require.NoError(t, <-done)
+	})
+}
+
+// crashAfterEffect starts an attempt that performs its effect and then vanishes without
+// recording anything, as a worker killed after the external call would. It returns once the
+// effect happened.
+func crashAfterEffect(ctx context.Context, s *activity.Store, c activity.Call, effect func(keys.Token)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = activity.Do(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
+			tok, _ := keys.TokenFrom(ctx)
+			effect(tok)
+			runtime.Goexit() // the process is gone: nothing after the effect runs
+			return chargeResult{}, nil
+		})
+	}()
+	<-done
+}
+
+func TestTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SameTokenAfterLease", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-10/charge", map[string]int{"amount": 100})
+		c.Lease = 200 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		var tokens []keys.Token
+		crashAfterEffect(ctx, s, c, func(tok keys.Token) { tokens = append(tokens, tok) })
+
+		// While the dead attempt's lease lasts, a retry is told to wait.
+		_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+			t.Error("called during the lease")
+			return chargeResult{}, nil
+		})
+		require.ErrorIs(t, err, activity.ErrInProgress)
+
+		out, err := doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+			tok, _ := keys.TokenFrom(ctx)
+			tokens = append(tokens, tok)
+			return chargeResult{ChargeID: "ch_1", Token: tok.String()}, nil
+		})
+		require.NoError(t, err)
+		require.Len(t, tokens, 2)
+		require.Equal(t, tokens[0], tokens[1], "the takeover called with a new token")
+		require.Equal(t, c.Key.Token().String(), out.Token)
+		state, fence := receiptState(t, schema, c.Key)
+		require.Equal(t, activity.StateCompleted, state)
+		require.Equal(t, int64(2), fence)
+	})
+
+	t.Run("NonDeduplicatingDownstreamFailsOutcomeUnknown", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-11/charge", map[string]int{"amount": 100})
+		c.Lease = 100 * time.Millisecond
+		var calls int
+		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
+		for range 2 { // the failure is recorded: a later attempt gets it too, and still no call
+			_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+				calls++
+				return chargeResult{}, nil
+			})
+			var unknown *activity.OutcomeUnknownError
+			require.ErrorAs(t, err, &unknown)
+			require.Equal(t, c.Key, unknown.Key)
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.True(t, appErr.NonRetryable())
+			require.Equal(t, activity.ErrTypeOutcomeUnknown, appErr.Type())
+			require.Contains(t, err.Error(), c.Key.String())
+		}
+		require.Equal(t, 1, calls, "a non-deduplicating downstream was called again after an unknown outcome")
+		state, _ := receiptState(t, schema, c.Key)
+		require.Equal(t, activity.StateFailed, state)
+	})
+
+	t.Run("ReconcileFindsTheEarlierEffect", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-12/charge", map[string]int{"amount": 100})
+		c.Lease = 100 * time.Millisecond
+		ledger := map[keys.Token]chargeResult{}
+		crashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = chargeResult{ChargeID: "ch_early", Token: tok.String()} })
+		c.Reconcile = func(_ context.Context, tok keys.Token) (any, bool, error) {
+			r, ok := ledger[tok]
+			return r, ok, nil
+		}
+		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+			t.Error("called although reconcile found the effect")
+			return chargeResult{}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ch_early", out.ChargeID)
+	})
+
+	t.Run("NotAppliedErrorIsNotAnUnknownOutcome", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-13/charge", map[string]int{"amount": 100})
+		var calls int
+		fn := func(context.Context) (int, error) {
+			calls++
+			if calls == 1 {
+				return 0, activity.NotApplied(errors.New("connection refused"))
+			}
+			return 7, nil
+		}
+		_, err := activity.Do(ctx, s, c, fn)
+		require.ErrorContains(t, err, "connection refused")
+		out, err := activity.Do(ctx, s, c, fn)
+		require.NoError(t, err, "a request that was never sent made the outcome unknown")
+		require.Equal(t, 7, out)
+	})
+
+	t.Run("AmbiguousErrorIsAnUnknownOutcome", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-14/charge", map[string]int{"amount": 100})
+		var calls int
+		fn := func(context.Context) (int, error) {
+			calls++
+			return 0, errors.New("read: connection reset by peer")
+		}
+		_, err := activity.Do(ctx, s, c, fn)
+		require.Error(t, err)
+		_, err = activity.Do(ctx, s, c, fn)
+		require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
+		require.Equal(t, 1, calls)
+	})
+
+	t.Run("LateCompletionFromFencedOutAttemptCannotOverwrite", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-15/charge", map[string]int{"amount": 100})
+		c.Lease = 100 * time.Millisecond
+		c.DownstreamDeduplicates = true
+
+		// The first attempt is paused past its lease (a stopped process, a long GC).
+		started, resume := make(chan struct{}), make(chan struct{})
+		late := make(chan chargeResult)
+		go func() {
+			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				close(started)
+				<-resume
+				return chargeResult{ChargeID: "ch_stale"}, nil
+			})
+			require.NoError(t, err)
+			late <- out
+		}()
+		<-started
+		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+			return chargeResult{ChargeID: "ch_fresh"}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ch_fresh", out.ChargeID)
+
+		close(resume)
+		// The stale attempt's completion touches no row; it returns what the receipt records.
+		require.Equal(t, "ch_fresh", (<-late).ChargeID)
+		replayed, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+			t.Error("called after completion")
+			return chargeResult{}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ch_fresh", replayed.ChargeID)
+		state, fence := receiptState(t, schema, c.Key)
+		require.Equal(t, activity.StateCompleted, state)
+		require.Equal(t, int64(2), fence)
+	})
+
+	t.Run("LateCompletionBeforeTheNewAttemptFinishes", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-16/charge", map[string]int{"amount": 100})
+		c.Lease = 100 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		staleStarted, staleResume := make(chan struct{}), make(chan struct{})
+		staleDone := make(chan error)
+		go func() {
+			_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				close(staleStarted)
+				<-staleResume
+				return chargeResult{ChargeID: "ch_stale"}, nil
+			})
+			staleDone <- err
+		}()
+		<-staleStarted
+		time.Sleep(150 * time.Millisecond)
+		freshStarted, freshResume := make(chan struct{}), make(chan struct{})
+		freshDone := make(chan chargeResult)
+		go func() {
+			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				close(freshStarted)
+				<-freshResume
+				return chargeResult{ChargeID: "ch_fresh"}, nil
+			})
+			require.NoError(t, err)
+			freshDone <- out
+		}()
+		<-freshStarted
+		close(staleResume)
+		err := <-staleDone
+		require.ErrorIs(t, err, activity.ErrFencedOut)
+		state, _ := receiptState(t, schema, c.Key)
+		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
+		close(freshResume)
+		require.Equal(t, "ch_fresh", (<-freshDone).ChargeID)
+	})
+}
+
+func TestMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mustNotCall := func(t *testing.T) func(context.Context) (int, error) {
+		return func(context.Context) (int, error) {
+			t.Error("called with a mismatched payload")
+			return 0, nil
+		}
+	}
+	requireMismatch := func(t *testing.T, err error) {
+		t.Helper()
+		var mismatch *activity.MismatchError
+		require.ErrorAs(t, err, &mismatch)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.True(t, appErr.NonRetryable())
+		require.Equal(t, activity.ErrTypePayloadMismatch, appErr.Type())
+		require.Contains(t, err.Error(), "use a new key")
+	}
+	fingerprint := func(t *testing.T, raw string) keys.Fingerprint {
+		fp, err := keys.FingerprintJSON([]byte(raw))
+		require.NoError(t, err)
+		return fp
+	}
+
+	t.Run("EveryPath", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		other := fingerprint(t, `{"amount":999}`)
+
+		completed := call(t, "completed", map[string]int{"amount": 1})
+		_, err := activity.Do(ctx, s, completed, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+
+		failed := call(t, "failed", map[string]int{"amount": 1})
+		_, err = activity.Do(ctx, s, failed, func(context.Context) (int, error) {
+			return 0, temporal.NewNonRetryableApplicationError("declined", "CardDeclined", nil)
+		})
+		require.Error(t, err)
+
+		live := call(t, "live", map[string]int{"amount": 1})
+		live.Lease = time.Minute
+		crashAfterEffect(ctx, s, live, func(keys.Token) {})
+
+		expired := call(t, "expired", map[string]int{"amount": 1})
+		expired.Lease = time.Millisecond
+		crashAfterEffect(ctx, s, expired, func(keys.Token) {})
+		time.Sleep(10 * time.Millisecond)
+
+		for _, c := range []activity.Call{completed, failed, live, expired} {
+			c.Fingerprint = other
+			c.DownstreamDeduplicates = true
+			_, err := activity.Do(ctx, s, c, mustNotCall(t))
+			requireMismatch(t, err)
+		}
+	})
+
+	t.Run("ReorderedJSONIsTheSameRequest", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-20/charge", nil)
+		c.Fingerprint = fingerprint(t, `{"amount": 100, "card": {"last4": "4242", "exp": "12/30"}, "currency": "eur"}`)
+		out, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 42, nil })
+		require.NoError(t, err)
+		c.Fingerprint = fingerprint(t, `{"currency":"eur","card":{"exp":"12/30","last4":"4242"},"amount":100.0}`)
+		again, err := activity.Do(ctx, s, c, mustNotCall(t))
+		require.NoError(t, err)
+		require.Equal(t, out, again)
+	})
+
+	t.Run("AnyRealChangeIsAMismatch", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		base := `{"amount":100,"card":{"last4":"4242"},"note":"café"}`
+		c := call(t, "order-21/charge", nil)
+		c.Fingerprint = fingerprint(t, base)
+		_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+		for name, changed := range map[string]string{
+			"Amount":         `{"amount":101,"card":{"last4":"4242"},"note":"café"}`,
+			"NestedField":    `{"amount":100,"card":{"last4":"4243"},"note":"café"}`,
+			"StringBytes":    `{"amount":100,"card":{"last4":"4242"},"note":"cafe\u0301"}`, // NFD: same glyph, other bytes
+			"MissingField":   `{"amount":100,"card":{"last4":"4242"}}`,
+			"AmountAsString": `{"amount":"100","card":{"last4":"4242"},"note":"café"}`,
+		} {
+			t.Run(name, func(t *testing.T) {
+				c := c
+				c.Fingerprint = fingerprint(t, changed)
+				_, err := activity.Do(ctx, s, c, mustNotCall(t))
+				requireMismatch(t, err)
+			})
+		}
+	})
+}

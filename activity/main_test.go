@@ -1,0 +1,64 @@
+package activity_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgxpool's background health checker lives as long as the shared pool.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+	)
+}
+
+// setup returns a migrated store in a fresh schema.
+func setup(t *testing.T, cfg *activity.Config) (*activity.Store, string) {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	c := activity.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Schema = schema
+	s, err := activity.NewStore(pgtest.Pool(t), &c)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(context.Background()))
+	return s, schema
+}
+
+// countReceipts returns the number of receipts in schema.
+func countReceipts(t *testing.T, schema string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".receipts").Scan(&n))
+	return n
+}
+
+// receiptState returns the state and fence of k's receipt.
+func receiptState(t *testing.T, schema string, k keys.Key) (state string, fence int64) {
+	t.Helper()
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+		"SELECT state, fence FROM "+schema+".receipts WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)",
+		k.Namespace, k.Tenant, k.Operation, k.ID).Scan(&state, &fence))
+	return state, fence
+}
+
+// call returns a Call for key id with the fingerprint of req.
+func call(t *testing.T, id string, req any) activity.Call {
+	t.Helper()
+	fp, err := keys.FingerprintOf(req)
+	require.NoError(t, err)
+	return activity.Call{
+		Key:         keys.Key{Namespace: "default", Tenant: "acme", Operation: "Charge", ID: id},
+		Fingerprint: fp,
+	}
+}
