@@ -316,7 +316,18 @@ func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
 }
 
 func (s *Store) read(ctx context.Context, k keys.Key) (receipt, error) {
-	return scanReceipt(s.db.QueryRow(ctx, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
+	return s.readOn(ctx, s.db, k)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readOn reads k's receipt through q: DoTx reads on the connection it already holds, since
+// waiting for a second one from the pool could wait forever when every connection is held by a
+// duplicate doing the same.
+func (s *Store) readOn(ctx context.Context, q querier, k keys.Key) (receipt, error) {
+	return scanReceipt(q.QueryRow(ctx, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
 }
 
 // check validates a call before anything is written or called.

@@ -59,7 +59,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		if !s.isFinal(ctx, err) {
 			return nil, err // nothing was written; the retry runs fn again
 		}
-		return s.recordFailureTx(wctx, c, err, obs)
+		return s.recordFailureTx(wctx, conn.Conn(), c, err, obs)
 	}
 
 	state, result, errType, errMsg, err := s.outcome(k, p, nil)
@@ -84,7 +84,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(insertErr, &pgErr) && pgErr.Code == "23505" { // unique_violation: a duplicate won
-		r, err := s.read(wctx, k)
+		r, err := s.readOn(wctx, conn.Conn(), k)
 		if err != nil {
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
 		}
@@ -100,15 +100,15 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 
 // recordFailureTx records a final error of fn, unless a concurrent duplicate's receipt got there
 // first, in which case that one is the answer.
-func (s *Store) recordFailureTx(ctx context.Context, c Call, fnErr error, obs observer) (*commonpb.Payload, error) {
+func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnErr error, obs observer) (*commonpb.Payload, error) {
 	k := c.Key
 	state, result, errType, errMsg, _ := s.outcome(k, nil, fnErr)
-	tag, err := s.db.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, state, result, errType, errMsg)...)
+	tag, err := conn.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, state, result, errType, errMsg)...)
 	if err != nil {
 		return nil, &StoreError{Op: "complete", Key: k, Err: err}
 	}
 	if tag.RowsAffected() == 0 {
-		r, err := s.read(ctx, k)
+		r, err := s.readOn(ctx, conn, k)
 		if err != nil {
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
 		}

@@ -1,0 +1,221 @@
+package activity_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+)
+
+func TestMalformedKeysAreRefusedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, nil)
+	valid := call(t, "order-1", map[string]int{"amount": 1}).Key
+	bad := map[string]string{
+		"Empty":       "",
+		"TooLong":     strings.Repeat("x", keys.MaxIDLen+1),
+		"NUL":         "order\x001",
+		"Control":     "order\x1b[31m1",
+		"InvalidUTF8": "order\xff1",
+	}
+	for name, v := range bad {
+		for _, part := range []string{"ID", "Tenant", "Operation"} {
+			t.Run(name+part, func(t *testing.T) {
+				c := call(t, "x", map[string]int{"amount": 1})
+				c.Key = valid
+				switch part {
+				case "ID":
+					c.Key.ID = v
+				case "Tenant":
+					if v == "" {
+						t.Skip("the empty tenant means no tenant")
+					}
+					c.Key.Tenant = v
+				case "Operation":
+					c.Key.Operation = v
+				}
+				_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+					t.Error("called with a malformed key")
+					return 0, nil
+				})
+				require.ErrorIs(t, err, keys.ErrInvalidKey)
+				var keyErr *keys.InvalidKeyError
+				require.ErrorAs(t, err, &keyErr)
+				require.Equal(t, strings.ToLower(part), keyErr.Part)
+				var appErr *temporal.ApplicationError
+				require.ErrorAs(t, err, &appErr)
+				require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
+				require.True(t, appErr.NonRetryable())
+			})
+		}
+	}
+	require.Equal(t, 0, countReceipts(t, schema))
+}
+
+func TestTenantsDoNotShareReceipts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, nil)
+	a := call(t, "order-1/charge", map[string]int{"amount": 1})
+	a.Key.Tenant = "tenant-a"
+	b := a
+	b.Key.Tenant = "tenant-b"
+	require.NotEqual(t, a.Key.Token(), b.Key.Token())
+
+	outA, err := activity.Do(ctx, s, a, func(context.Context) (string, error) { return "result of A", nil })
+	require.NoError(t, err)
+	outB, err := activity.Do(ctx, s, b, func(context.Context) (string, error) { return "result of B", nil })
+	require.NoError(t, err)
+	require.Equal(t, "result of A", outA)
+	require.Equal(t, "result of B", outB, "tenant B was given tenant A's result")
+	require.Equal(t, 2, countReceipts(t, schema))
+}
+
+func TestReplayHorizonGuard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, &activity.Config{Retention: 24 * time.Hour})
+	c := call(t, "order-1/charge", map[string]int{"amount": 1})
+	c.ScheduledAt = time.Now().Add(-25 * time.Hour)
+	_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		t.Error("an activity scheduled before the retention ran")
+		return 0, nil
+	})
+	var horizon *activity.HorizonError
+	require.ErrorAs(t, err, &horizon)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, activity.ErrTypeBeyondHorizon, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Equal(t, 0, countReceipts(t, schema))
+
+	c.ScheduledAt = time.Now().Add(-23 * time.Hour)
+	_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) { return 1, nil })
+	require.NoError(t, err)
+}
+
+func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, nil)
+	db := pgtest.Pool(t)
+	run := func(id string, lease time.Duration, crash bool) keys.Key {
+		c := call(t, id, map[string]int{"amount": 1})
+		c.Lease = lease
+		if crash {
+			crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		} else {
+			_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 1, nil })
+			require.NoError(t, err)
+		}
+		return c.Key
+	}
+	expire := func(k keys.Key) {
+		_, err := db.Exec(ctx, "UPDATE "+schema+".receipts SET expires_at = now() - interval '1 second' WHERE id = $1", k.ID)
+		require.NoError(t, err)
+	}
+	expiredDone := []keys.Key{run("done-1", 0, false), run("done-2", 0, false), run("done-3", 0, false)}
+	for _, k := range expiredDone {
+		expire(k)
+	}
+	fresh := run("fresh", 0, false)
+	livePending := run("live", time.Hour, true)
+	expire(livePending) // expired by date, but its lease still runs: must stay
+	deadPending := run("dead", time.Millisecond, true)
+	time.Sleep(5 * time.Millisecond)
+	expire(deadPending)
+
+	n, err := s.Purge(ctx, 2) // bounded: two at a time
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	n, err = s.Purge(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	n, err = s.Purge(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), n)
+
+	var left []string
+	rows, err := db.Query(ctx, "SELECT id FROM "+schema+".receipts ORDER BY id")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		left = append(left, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{fresh.ID, livePending.ID}, left)
+}
+
+func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, &activity.Config{MaxPayloadBytes: 1024})
+	c := call(t, "order-1/export", map[string]int{"rows": 1})
+	var calls int
+	fn := func(context.Context) (string, error) {
+		calls++
+		return strings.Repeat("x", 4096), nil
+	}
+	for range 2 {
+		_, err := activity.Do(ctx, s, c, fn)
+		require.ErrorIs(t, err, activity.ErrPayloadTooLarge)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.True(t, appErr.NonRetryable())
+		require.Equal(t, activity.ErrTypePayloadTooLarge, appErr.Type())
+	}
+	require.Equal(t, 1, calls)
+	var state string
+	var result []byte
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT state, result FROM "+schema+".receipts").Scan(&state, &result))
+	require.Equal(t, activity.StateFailed, state)
+	require.Nil(t, result)
+}
+
+func TestUnmigratedStoreSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	s, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t)})
+	require.NoError(t, err)
+	_, err = activity.Do(context.Background(), s, call(t, "order-1", 1), func(context.Context) (int, error) { return 1, nil })
+	require.ErrorIs(t, err, activity.ErrStore)
+	require.ErrorContains(t, err, "Migrate")
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	s, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: schema})
+	require.NoError(t, err)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- s.Migrate(context.Background()) }()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	require.NoError(t, s.Migrate(context.Background()))
+	var versions int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".tempotent_migration").Scan(&versions))
+	migrations, err := activity.Migrations(schema)
+	require.NoError(t, err)
+	require.Equal(t, len(migrations), versions)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, err := activity.NewStore(nil, nil)
+	require.ErrorContains(t, err, "pgxpool")
+	_, err = activity.NewStore(pgtest.Pool(t), &activity.Config{Retention: time.Second})
+	require.ErrorContains(t, err, "Config.Retention")
+	_, err = activity.NewStore(pgtest.Pool(t), &activity.Config{MaxPayloadBytes: -1})
+	require.ErrorContains(t, err, "Config.MaxPayloadBytes")
+}
