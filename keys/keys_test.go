@@ -31,7 +31,7 @@ func with(f func(*keys.Identity)) keys.Identity {
 func TestDeriveAcrossRetriesResetAndContinueAsNew(t *testing.T) {
 	t.Parallel()
 	// What Temporal changes in each situation, as seen by the activity.
-	reset := with(func(id *keys.Identity) { id.RunID = "run-2" })                             // same OriginalRunID
+	reset := with(func(id *keys.Identity) { id.RunID = "run-2" })                                 // same OriginalRunID
 	continued := with(func(id *keys.Identity) { id.RunID = "run-3"; id.OriginalRunID = "run-3" }) // CAN, Retry, Cron
 	nextStep := with(func(id *keys.Identity) { id.Step = "charge#2" })
 

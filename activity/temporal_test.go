@@ -1,0 +1,324 @@
+package activity_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+)
+
+type ChargeRequest struct {
+	Order  string `json:"order"`
+	Amount int    `json:"amount"`
+}
+
+type Charge struct {
+	ID     string `json:"id"`
+	Token  string `json:"token"`
+	Amount int    `json:"amount"`
+}
+
+// provider is a fake downstream that counts effects per token, deduplicating like Stripe.
+type provider struct {
+	mu      sync.Mutex
+	calls   int
+	charges map[string]Charge
+}
+
+func newProvider() *provider { return &provider{charges: map[string]Charge{}} }
+
+func (p *provider) charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	tok, ok := keys.TokenFrom(ctx)
+	if !ok {
+		return Charge{}, errors.New("no idempotency token in context")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if c, ok := p.charges[tok.String()]; ok {
+		return c, nil
+	}
+	c := Charge{ID: "ch_" + tok.String()[:8], Token: tok.String(), Amount: req.Amount}
+	p.charges[tok.String()] = c
+	return c, nil
+}
+
+func (p *provider) counts() (calls, charges int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls, len(p.charges)
+}
+
+// headers is what keys.Interceptor writes on the workflow side, for activity-only tests.
+func headers(t *testing.T, values map[string]string) *commonpb.Header {
+	t.Helper()
+	h := &commonpb.Header{Fields: map[string]*commonpb.Payload{}}
+	for k, v := range values {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		h.Fields[k] = p
+	}
+	return h
+}
+
+func TestInterceptorCrashBeforeReport(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	p := newProvider()
+	icpt := activity.NewInterceptor(s, activity.InterceptorConfig{
+		Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}},
+	})
+	execute := func() *commonpb.Payload {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{icpt}})
+		env.SetHeader(headers(t, map[string]string{keys.HeaderOriginalRunID: "run-1", keys.HeaderStep: "charge#1"}))
+		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+		val, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
+		require.NoError(t, err)
+		var raw converter.RawValue
+		require.NoError(t, val.Get(&raw))
+		return raw.Payload()
+	}
+
+	first := execute() // completed, recorded; then the worker dies before Temporal hears of it
+	again := execute() // Temporal runs the same activity again with the same info
+	calls, charges := p.counts()
+	require.Equal(t, 1, calls, "the provider was called again")
+	require.Equal(t, 1, charges)
+	require.True(t, proto.Equal(first, again), "the replayed result is not the recorded payload")
+	require.Equal(t, first.GetData(), again.GetData())
+	require.Equal(t, first.GetMetadata(), again.GetMetadata())
+	require.Equal(t, 1, countReceipts(t, schema))
+}
+
+func TestStandaloneActivityWithoutExplicitKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	p := newProvider()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.SetExecuteActivitiesInWorkflow(false)
+	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, nil), sdkactivity.RegisterOptions{Name: "Charge"})
+	_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Error(), "explicit key")
+	calls, _ := p.counts()
+	require.Equal(t, 0, calls)
+	require.Equal(t, 0, countReceipts(t, schema))
+
+	// With the run scope it is keyed by its own activity run ID, never by "".
+	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
+		sdkactivity.RegisterOptions{Name: "ChargeRun"})
+	_, err = env.ExecuteActivity("ChargeRun", ChargeRequest{Order: "order-1", Amount: 100})
+	require.NoError(t, err)
+	var id string
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT id FROM "+schema+".receipts").Scan(&id))
+	require.Regexp(t, `^activity:.+/.+$`, id)
+}
+
+// Workflows for the TestWorkflowEnvironment tests.
+
+func chargeOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 5},
+	})
+}
+
+func chargeWorkflow(ctx workflow.Context, req ChargeRequest) (Charge, error) {
+	var c Charge
+	err := workflow.ExecuteActivity(keys.WithStep(chargeOptions(ctx), "charge"), "Charge", req).Get(ctx, &c)
+	return c, err
+}
+
+func chargeThreeTimesWorkflow(ctx workflow.Context, req ChargeRequest) ([]Charge, error) {
+	var out []Charge
+	for range 3 {
+		var c Charge
+		if err := workflow.ExecuteActivity(keys.WithStep(chargeOptions(ctx), "charge"), "Charge", req).Get(ctx, &c); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func newWorkflowEnv(t *testing.T, s *activity.Store, selected map[string]activity.Options) *testsuite.TestWorkflowEnvironment {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activity.NewInterceptor(s, activity.InterceptorConfig{Activities: selected}),
+	}})
+	env.SetContextPropagators([]workflow.ContextPropagator{keys.TenantPropagator()})
+	env.RegisterWorkflow(chargeWorkflow)
+	env.RegisterWorkflow(chargeThreeTimesWorkflow)
+	return env
+}
+
+func TestWorkflowRetriesKeepTheKeyAndToken(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	var (
+		mu         sync.Mutex
+		tokens     []keys.Token
+		identities []keys.Identity
+	)
+	p := newProvider()
+	env.RegisterActivityWithOptions(func(ctx context.Context, req ChargeRequest) (Charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		mu.Lock()
+		tokens = append(tokens, tok)
+		identities = append(identities, keys.IdentityFromActivity(ctx))
+		attempt := len(tokens)
+		mu.Unlock()
+		if attempt < 3 {
+			return Charge{}, errors.New("provider answered 502")
+		}
+		return p.charge(ctx, req)
+	}, sdkactivity.RegisterOptions{Name: "Charge"})
+
+	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var c Charge
+	require.NoError(t, env.GetWorkflowResult(&c))
+
+	require.Len(t, tokens, 3)
+	require.Equal(t, tokens[0], tokens[1])
+	require.Equal(t, tokens[0], tokens[2])
+	require.Equal(t, tokens[0].String(), c.Token)
+	// The workflow-side interceptor carried the identity: the run's OriginalRunID (the test
+	// environment's run ID) and the named step with its occurrence.
+	require.Equal(t, "charge#1", identities[0].Step)
+	require.NotEmpty(t, identities[0].OriginalRunID)
+	require.Equal(t, 1, countReceipts(t, schema))
+	_, fence := receiptState(t, schema, keys.Key{Namespace: identities[0].Namespace, Operation: "Charge",
+		ID: "wf:" + identities[0].WorkflowID + "/" + identities[0].OriginalRunID + "/charge#1"})
+	require.Equal(t, int64(3), fence, "each retry takes over the released receipt")
+}
+
+func TestWorkflowLoopGetsAKeyPerOccurrence(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	p := newProvider()
+	env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+	env.ExecuteWorkflow(chargeThreeTimesWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
+	require.NoError(t, env.GetWorkflowError())
+	var out []Charge
+	require.NoError(t, env.GetWorkflowResult(&out))
+	require.Len(t, out, 3)
+	require.NotEqual(t, out[0].Token, out[1].Token)
+	require.NotEqual(t, out[1].Token, out[2].Token)
+	_, charges := p.counts()
+	require.Equal(t, 3, charges)
+	require.Equal(t, 3, countReceipts(t, schema))
+}
+
+func TestWorkflowTenantsGetTheirOwnReceipts(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	p := newProvider()
+	results := map[string]Charge{}
+	for _, tenant := range []string{"tenant-a", "tenant-b"} {
+		env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+		env.SetHeader(headers(t, map[string]string{keys.HeaderTenant: tenant}))
+		// Same workflow ID, same run, same activity: only the tenant differs.
+		env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
+		require.NoError(t, env.GetWorkflowError())
+		var c Charge
+		require.NoError(t, env.GetWorkflowResult(&c))
+		results[tenant] = c
+	}
+	require.NotEqual(t, results["tenant-a"].Token, results["tenant-b"].Token, "tenant B was given tenant A's result")
+	_, charges := p.counts()
+	require.Equal(t, 2, charges)
+	var tenants []string
+	rows, err := pgtest.Pool(t).Query(context.Background(), "SELECT tenant FROM "+schema+".receipts ORDER BY tenant")
+	require.NoError(t, err)
+	for rows.Next() {
+		var tn string
+		require.NoError(t, rows.Scan(&tn))
+		tenants = append(tenants, tn)
+	}
+	require.Equal(t, []string{"tenant-a", "tenant-b"}, tenants)
+}
+
+func TestWorkflowMalformedTenantIsRefusedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	p := newProvider()
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+	env.SetHeader(headers(t, map[string]string{keys.HeaderTenant: "acme\x00evil"}))
+	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
+	err := env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
+	calls, _ := p.counts()
+	require.Equal(t, 0, calls)
+	require.Equal(t, 0, countReceipts(t, schema))
+}
+
+func TestWrapUnderTheInterceptorIsNotReservedTwice(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	p := newProvider()
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, &activity.Options{DownstreamDeduplicates: true}),
+		sdkactivity.RegisterOptions{Name: "Charge"})
+	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
+	require.NoError(t, env.GetWorkflowError())
+	calls, _ := p.counts()
+	require.Equal(t, 1, calls)
+	require.Equal(t, 1, countReceipts(t, schema))
+}
+
+func TestHeartbeatsExtendTheLease(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
+	env.SetTestTimeout(30 * time.Second)
+	var leaseLeft time.Duration
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		// Heartbeat for three heartbeat timeouts: without extension the lease would have ended.
+		for range 15 {
+			sdkactivity.RecordHeartbeat(ctx)
+			time.Sleep(200 * time.Millisecond)
+		}
+		var us int64
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
+		leaseLeft = time.Duration(us) * time.Microsecond
+		return err
+	}, sdkactivity.RegisterOptions{Name: "Slow"})
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: time.Second})
+		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: "SlowWorkflow"})
+	env.ExecuteWorkflow("SlowWorkflow")
+	require.NoError(t, env.GetWorkflowError())
+	require.Greater(t, leaseLeft, time.Duration(0), "the lease ended while the attempt was heartbeating")
+}
