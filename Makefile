@@ -1,0 +1,34 @@
+# tempotent — make help lists the targets.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+GO ?= go
+BIN := $(CURDIR)/bin
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+
+.PHONY: help test vet lint bench fuzz tidy
+
+help: ## List the targets.
+	@grep -hE '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+test: vet ## Vet, then run every test with the race detector (needs Postgres: TEST_DATABASE_URL).
+	$(GO) test -race -count=1 ./...
+
+vet: ## go vet.
+	$(GO) vet ./...
+
+lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version).
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(BIN)/staticcheck $@
+
+bench: ## Benchmarks with round trips per op, and each operation's ratio to its bare statement.
+	$(GO) test -run '^$$' -bench . -benchtime 1s -count 5 ./activity/ | tee /dev/stderr | scripts/ratios.awk
+
+fuzz: ## Fuzz the canonical JSON form for a minute.
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalize -fuzztime 60s ./keys/
