@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	commonpb "go.temporal.io/api/common/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -98,6 +99,8 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 		return nil, err
 	}
 	k, lease := c.Key, s.leaseFor(ctx, c)
+	// Leases and retention are measured on the database clock (now() in every statement); only
+	// their lengths come from here.
 	token := k.Token()
 	obs := newObserver(ctx, s, k)
 
@@ -201,7 +204,7 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 	defer cancel()
 
 	var (
-		tag   pgconnTag
+		tag   pgconn.CommandTag
 		op    string
 		dbErr error
 	)
@@ -235,8 +238,6 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 	}
 	return err
 }
-
-type pgconnTag interface{ RowsAffected() int64 }
 
 type recorded struct {
 	payload *commonpb.Payload
@@ -338,6 +339,8 @@ func (s *Store) check(c Call) error {
 	if c.Fingerprint.Version == 0 {
 		return fmt.Errorf("key %s: %w: the call has no fingerprint; set Call.Fingerprint with keys.FingerprintOf", c.Key, keys.ErrNotCanonicalizable)
 	}
+	// ScheduledAt is stamped by the Temporal server and compared with this worker's clock: skew
+	// of seconds against a retention of days does not matter.
 	if !c.ScheduledAt.IsZero() && time.Since(c.ScheduledAt) > s.cfg.Retention {
 		return &HorizonError{Key: c.Key, Scheduled: c.ScheduledAt, Retention: s.cfg.Retention}
 	}
