@@ -1,0 +1,87 @@
+package activity_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// countingHandler records counter increments by name and "operation" tag.
+type countingHandler struct {
+	mu     *sync.Mutex
+	counts map[string]int64
+	tags   map[string]string
+}
+
+func newCountingHandler() *countingHandler {
+	return &countingHandler{mu: &sync.Mutex{}, counts: map[string]int64{}}
+}
+
+func (h *countingHandler) WithTags(tags map[string]string) client.MetricsHandler {
+	merged := map[string]string{}
+	for k, v := range h.tags {
+		merged[k] = v
+	}
+	for k, v := range tags {
+		merged[k] = v
+	}
+	return &countingHandler{mu: h.mu, counts: h.counts, tags: merged}
+}
+
+func (h *countingHandler) Counter(name string) client.MetricsCounter {
+	return counterFunc(func(d int64) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.counts[name+"/"+h.tags["operation"]] += d
+	})
+}
+
+func (h *countingHandler) Gauge(string) client.MetricsGauge { return client.MetricsNopHandler.Gauge("") }
+func (h *countingHandler) Timer(string) client.MetricsTimer { return client.MetricsNopHandler.Timer("") }
+
+func (h *countingHandler) get(name string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts[name+"/Charge"]
+}
+
+type counterFunc func(int64)
+
+func (f counterFunc) Inc(d int64) { f(d) }
+
+func TestMetricsThroughTheActivityHandler(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newProvider()
+	metrics := newCountingHandler()
+	icpt := activity.NewInterceptor(s, activity.InterceptorConfig{
+		Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}},
+	})
+	run := func(req ChargeRequest) error {
+		var suite testsuite.WorkflowTestSuite
+		suite.SetMetricsHandler(metrics)
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{icpt}})
+		env.SetHeader(headers(t, map[string]string{keys.HeaderOriginalRunID: "run-1", keys.HeaderStep: "charge#1"}))
+		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+		_, err := env.ExecuteActivity("Charge", req)
+		return err
+	}
+	require.NoError(t, run(ChargeRequest{Order: "o-1", Amount: 100}))
+	require.NoError(t, run(ChargeRequest{Order: "o-1", Amount: 100}))
+	require.Error(t, run(ChargeRequest{Order: "o-1", Amount: 999}))
+
+	require.Equal(t, int64(1), metrics.get(activity.MetricMismatched))
+	require.Equal(t, int64(1), metrics.get(activity.MetricReserved))
+	require.Equal(t, int64(1), metrics.get(activity.MetricReplayed))
+	require.Equal(t, int64(0), metrics.get(activity.MetricTakenOver))
+}
