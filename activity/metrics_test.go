@@ -45,8 +45,12 @@ func (h *countingHandler) Counter(name string) client.MetricsCounter {
 	})
 }
 
-func (h *countingHandler) Gauge(string) client.MetricsGauge { return client.MetricsNopHandler.Gauge("") }
-func (h *countingHandler) Timer(string) client.MetricsTimer { return client.MetricsNopHandler.Timer("") }
+func (h *countingHandler) Gauge(string) client.MetricsGauge {
+	return client.MetricsNopHandler.Gauge("")
+}
+func (h *countingHandler) Timer(string) client.MetricsTimer {
+	return client.MetricsNopHandler.Timer("")
+}
 
 func (h *countingHandler) get(name string) int64 {
 	h.mu.Lock()
