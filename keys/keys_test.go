@@ -204,3 +204,15 @@ func TestCompensation(t *testing.T) {
 	_, err = keys.Key{}.Compensation("Refund")
 	require.ErrorIs(t, err, keys.ErrInvalidKey)
 }
+
+func TestDerivePinnedKeyWinsOverScope(t *testing.T) {
+	t.Parallel()
+	pinned := with(func(id *keys.Identity) { id.PinnedOperation, id.PinnedID = "charge", "wf:order-123/run-1/charge#1" })
+	for _, scope := range []keys.Scope{keys.ScopeWorkflow, keys.ScopeRun, keys.ScopeExplicit} {
+		k, err := keys.Derive(pinned, keys.Options{Scope: scope, Operation: "ignored"})
+		require.NoError(t, err)
+		require.Equal(t, keys.Key{Namespace: "default", Tenant: "acme", Operation: "charge", ID: "wf:order-123/run-1/charge#1"}, k)
+	}
+	_, err := keys.Derive(with(func(id *keys.Identity) { id.PinnedOperation, id.PinnedID = "charge", "x\x00" }), keys.Options{})
+	require.ErrorIs(t, err, keys.ErrInvalidKey)
+}

@@ -18,6 +18,12 @@ const (
 	HeaderOriginalRunID = "tempotent-original-run-id"
 	HeaderStep          = "tempotent-step"
 	HeaderID            = "tempotent-id"
+	// HeaderPinnedOperation and HeaderPinnedID carry a key fixed in workflow code (StepKey,
+	// WithCompensation); the activity side uses it whatever scope it is configured with.
+	HeaderPinnedOperation = "tempotent-pinned-operation"
+	HeaderPinnedID        = "tempotent-pinned-id"
+	// HeaderCompensates carries the forward step's token to its compensation activity.
+	HeaderCompensates = "tempotent-compensates"
 )
 
 var headerConverter = converter.GetDefaultDataConverter()
@@ -27,7 +33,15 @@ type (
 	headerValuesKey struct{}
 	stepKey         struct{}
 	idKey           struct{}
+	pinnedKey       struct{}
+	occurrencesKey  struct{}
 )
+
+// pinned is a key fixed in workflow code for the activities scheduled with a context.
+type pinned struct {
+	key         Key
+	compensates Token
+}
 
 // WithTenant returns a context whose workflows and activities run under tenant: give it to
 // client.ExecuteWorkflow on a client whose ContextPropagators include TenantPropagator. The tenant
@@ -140,18 +154,25 @@ func (*Interceptor) InterceptActivity(ctx context.Context, next interceptor.Acti
 
 type workflowInbound struct {
 	interceptor.WorkflowInboundInterceptorBase
+	// occurrences counts, per step name, the activities scheduled for it so far in this run. It
+	// lives as long as one workflow execution's cached state and is rebuilt identically by every
+	// replay, because workflow code schedules activities in a deterministic order. StepKey
+	// reaches it through the workflow context.
+	occurrences map[string]int
 }
 
 func (w *workflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	w.occurrences = make(map[string]int)
 	return w.Next.Init(&workflowOutbound{
 		WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound},
-		occurrences:                     make(map[string]int),
+		occurrences:                     w.occurrences,
 	})
 }
 
-// workflowOutbound lives as long as one workflow execution's cached state. Its occurrence counts
-// are rebuilt identically by every replay, because workflow code schedules activities in a
-// deterministic order.
+func (w *workflowInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	return w.Next.ExecuteWorkflow(workflow.WithValue(ctx, occurrencesKey{}, w.occurrences), in)
+}
+
 type workflowOutbound struct {
 	interceptor.WorkflowOutboundInterceptorBase
 	occurrences map[string]int
@@ -175,6 +196,13 @@ func (w *workflowOutbound) writeHeader(ctx workflow.Context, activityType string
 	header := interceptor.WorkflowHeader(ctx)
 	if header == nil {
 		return nil
+	}
+	if p, ok := ctx.Value(pinnedKey{}).(pinned); ok {
+		values := [][2]string{{HeaderPinnedOperation, p.key.Operation}, {HeaderPinnedID, p.key.ID}}
+		if p.compensates != "" {
+			values = append(values, [2]string{HeaderCompensates, string(p.compensates)})
+		}
+		return writeValues(header, values)
 	}
 	info := workflow.GetInfo(ctx)
 	origin := info.OriginalRunID
@@ -200,6 +228,10 @@ func (w *workflowOutbound) writeHeader(ctx workflow.Context, activityType string
 		}
 		values = append(values, [2]string{HeaderID, id})
 	}
+	return writeValues(header, values)
+}
+
+func writeValues(header map[string]*commonpb.Payload, values [][2]string) error {
 	for _, v := range values {
 		p, err := headerConverter.ToPayload(v[1])
 		if err != nil {
@@ -223,14 +255,30 @@ type activityInbound struct {
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	h := interceptor.Header(ctx)
 	ctx = context.WithValue(ctx, headerValuesKey{}, headerValues{
-		originalRunID: headerString(h, HeaderOriginalRunID),
-		step:          headerString(h, HeaderStep),
-		explicitID:    headerString(h, HeaderID),
+		originalRunID:   headerString(h, HeaderOriginalRunID),
+		step:            headerString(h, HeaderStep),
+		explicitID:      headerString(h, HeaderID),
+		pinnedOperation: headerString(h, HeaderPinnedOperation),
+		pinnedID:        headerString(h, HeaderPinnedID),
+		compensates:     headerString(h, HeaderCompensates),
 	})
 	return a.Next.ExecuteActivity(ctx, in)
 }
 
-type headerValues struct{ originalRunID, step, explicitID string }
+type headerValues struct {
+	originalRunID, step, explicitID string
+	pinnedOperation, pinnedID       string
+	compensates                     string
+}
+
+// CompensatesFrom returns, in a compensation activity scheduled with WithCompensation, the
+// token of the forward step it compensates: the key under which the forward effect (say, a
+// charge) was made, so the compensation can find it at the downstream even when the forward
+// activity's result was never seen.
+func CompensatesFrom(ctx context.Context) (Token, bool) {
+	t := Token(headerValuesFrom(ctx).compensates)
+	return t, t != ""
+}
 
 func headerValuesFrom(ctx context.Context) headerValues {
 	v, _ := ctx.Value(headerValuesKey{}).(headerValues)

@@ -71,6 +71,9 @@ type Identity struct {
 	Step            string // from the header: step name and occurrence, e.g. "charge#1"
 	ExplicitID      string // from the header: set by WithID in workflow code
 	Tenant          string // from the header: set by WithTenant where the workflow was started
+	// PinnedOperation and PinnedID: a key fixed in workflow code (StepKey, WithCompensation).
+	PinnedOperation string
+	PinnedID        string
 }
 
 // IdentityFromActivity reads the identity of the activity running in ctx. It must be called in an
@@ -91,6 +94,8 @@ func IdentityFromActivity(ctx context.Context) Identity {
 		Step:            h.step,
 		ExplicitID:      h.explicitID,
 		Tenant:          TenantFrom(ctx),
+		PinnedOperation: h.pinnedOperation,
+		PinnedID:        h.pinnedID,
 	}
 }
 
@@ -103,7 +108,17 @@ func FromActivity(ctx context.Context, opts Options) (Key, error) {
 // shared ID: when the identity lacks what the scope needs, it returns an error matching
 // ErrNoIdentity that says what to do; malformed explicit IDs, steps and tenants are an
 // *InvalidKeyError. Both are returned before anything is written or called.
+//
+// A key pinned in workflow code (StepKey, WithCompensation) wins over opts: the workflow named
+// the intent, and the activity side must agree with it for compensation keys to line up.
 func Derive(id Identity, opts Options) (Key, error) {
+	if id.PinnedID != "" || id.PinnedOperation != "" {
+		k := Key{Namespace: id.Namespace, Tenant: id.Tenant, Operation: id.PinnedOperation, ID: id.PinnedID}
+		if err := k.Validate(); err != nil {
+			return Key{}, fmt.Errorf("derive pinned key: %w", err)
+		}
+		return k, nil
+	}
 	k := Key{Namespace: id.Namespace, Tenant: id.Tenant, Operation: opts.Operation}
 	if k.Operation == "" {
 		k.Operation = id.ActivityType

@@ -1,0 +1,54 @@
+package keys
+
+import (
+	"fmt"
+	"strconv"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// StepKey reserves the next occurrence of step in the running workflow and returns its
+// ScopeWorkflow key, with a context that pins that key on the activity scheduled with it. The
+// key's operation is the step name, so it does not change when the activity is renamed; its ID
+// is workflow ID + OriginalRunID + "step#n", so it survives Reset and every replay derives the
+// same one. Occurrences are counted together with WithStep's, so a name means one step however
+// it is scheduled.
+//
+// It needs Interceptor (or the activity package's interceptor) on the worker that runs the
+// workflow, and returns an error matching ErrNoIdentity without it.
+func StepKey(ctx workflow.Context, step string) (workflow.Context, Key, error) {
+	if err := ValidateStep(step); err != nil {
+		return ctx, Key{}, err
+	}
+	occurrences, ok := ctx.Value(occurrencesKey{}).(map[string]int)
+	if !ok {
+		return ctx, Key{}, fmt.Errorf("step %s: %w: install keys.Interceptor (or the activity package's interceptor) on the worker that runs this workflow", step, ErrNoIdentity)
+	}
+	occurrences[step]++
+	info := workflow.GetInfo(ctx)
+	origin := info.OriginalRunID
+	if origin == "" {
+		origin = info.WorkflowExecution.RunID // as the interceptor does; see writeHeader
+	}
+	k := Key{
+		Namespace: info.Namespace,
+		Tenant:    TenantFromWorkflow(ctx),
+		Operation: step,
+		ID:        shorten("wf:" + info.WorkflowExecution.ID + "/" + origin + "/" + step + "#" + strconv.Itoa(occurrences[step])),
+	}
+	if err := k.Validate(); err != nil {
+		return ctx, Key{}, err
+	}
+	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k}), k, nil
+}
+
+// WithCompensation returns forward's compensation key for the compensation named name (see
+// Key.Compensation), with a context that pins it on the activity scheduled with it and carries
+// forward's token to it (CompensatesFrom).
+func WithCompensation(ctx workflow.Context, forward Key, name string) (workflow.Context, Key, error) {
+	k, err := forward.Compensation(name)
+	if err != nil {
+		return ctx, Key{}, err
+	}
+	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k, compensates: forward.Token()}), k, nil
+}
