@@ -1,0 +1,261 @@
+package saga_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/saga"
+)
+
+// ledger is a fake downstream that deduplicates on the token, like a payment provider, and
+// counts every effect it applies. Compensations find the forward effect by the forward token.
+type ledger struct {
+	mu      sync.Mutex
+	applied map[string]map[string]bool // kind → forward token → applied
+	undone  map[string]map[string]int  // kind → forward token → undo effects
+	order   []string                   // effects in the order they happened
+	calls   map[string]int             // activity name → calls that reached the ledger
+}
+
+func newLedger() *ledger {
+	return &ledger{applied: map[string]map[string]bool{}, undone: map[string]map[string]int{}, calls: map[string]int{}}
+}
+
+func (l *ledger) do(ctx context.Context, kind string) (string, error) {
+	tok, ok := keys.TokenFrom(ctx)
+	if !ok {
+		return "", errors.New("no token")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[kind]++
+	if l.applied[kind] == nil {
+		l.applied[kind] = map[string]bool{}
+	}
+	if !l.applied[kind][tok.String()] {
+		l.applied[kind][tok.String()] = true
+		l.order = append(l.order, kind)
+	}
+	return kind + ":" + tok.String()[:6], nil
+}
+
+// undo reverses kind's effect made under the forward token, once; an unknown one is a no-op.
+func (l *ledger) undo(ctx context.Context, kind string) error {
+	fwd, ok := keys.CompensatesFrom(ctx)
+	if !ok {
+		return errors.New("compensation without the forward token")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["undo "+kind]++
+	if !l.applied[kind][fwd.String()] {
+		return nil // compensating an effect that never happened is a success
+	}
+	if l.undone[kind] == nil {
+		l.undone[kind] = map[string]int{}
+	}
+	if l.undone[kind][fwd.String()] == 0 {
+		l.order = append(l.order, "undo "+kind)
+	}
+	l.undone[kind][fwd.String()]++ // counts every undo that reached an applied effect
+	return nil
+}
+
+func (l *ledger) effects(kind string) (done, undone int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.undone[kind] {
+		undone += n
+	}
+	return len(l.applied[kind]), undone
+}
+
+type order struct {
+	ID      string `json:"id"`
+	Amount  int    `json:"amount"`
+	FailAt  string `json:"fail_at,omitempty"` // the forward step that fails for good
+	Options saga.Options
+}
+
+func paymentSaga(ctx workflow.Context, o order) (saga.State, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 3},
+	})
+	s, err := saga.New(ctx, &o.Options)
+	if err != nil {
+		return saga.State{}, err
+	}
+	steps := []struct{ name, forward, undo string }{
+		{"charge", "Charge", "Refund"},
+		{"reserve", "Reserve", "Release"},
+		{"ship", "Ship", "CancelShipment"},
+	}
+	for _, st := range steps {
+		err := s.Step(ctx, st.name, saga.Compensation{Activity: st.undo, Args: []any{o}}, st.forward, o).Get(ctx, nil)
+		if err != nil {
+			if cerr := s.Compensate(ctx); cerr != nil {
+				return s.State(), cerr
+			}
+			return s.State(), nil
+		}
+	}
+	s.Complete()
+	return s.State(), nil
+}
+
+type harness struct {
+	t      *testing.T
+	store  *activity.Store
+	ledger *ledger
+	// fail, when set, decides whether a call to an activity fails before its effect, and how.
+	fail func(activity string, o order, attempt int32) error
+	// after, when set, runs after an activity's effect: a slow worker, a lost response.
+	after func(ctx context.Context, activity string)
+}
+
+func newHarness(t *testing.T) *harness {
+	schema := pgtest.Schema(t)
+	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	return &harness{t: t, store: store, ledger: newLedger()}
+}
+
+// run executes the saga in a fresh test environment, as a new worker would after a crash or a
+// Reset: same workflow ID, same OriginalRunID.
+func (h *harness) run(o order) (saga.State, error) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	selected := map[string]activity.Options{}
+	for _, pair := range [][2]string{{"Charge", "charge"}, {"Reserve", "reserve"}, {"Ship", "ship"},
+		{"Refund", "Charge"}, {"Release", "Reserve"}, {"CancelShipment", "Ship"}} {
+		name, kind := pair[0], pair[1]
+		selected[name] = activity.Options{DownstreamDeduplicates: true}
+		isUndo := kind[0] >= 'A' && kind[0] <= 'Z'
+		env.RegisterActivityWithOptions(func(ctx context.Context, o order) (string, error) {
+			if h.fail != nil {
+				if err := h.fail(name, o, sdkactivity.GetInfo(ctx).Attempt); err != nil {
+					return "", err
+				}
+			}
+			var out string
+			var err error
+			if isUndo {
+				err = h.ledger.undo(ctx, map[string]string{"Charge": "charge", "Reserve": "reserve", "Ship": "ship"}[kind])
+			} else {
+				out, err = h.ledger.do(ctx, kind)
+			}
+			if h.after != nil && err == nil {
+				h.after(ctx, name)
+				err = ctx.Err()
+			}
+			return out, err
+		}, sdkactivity.RegisterOptions{Name: name})
+	}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected}),
+	}})
+	env.RegisterWorkflow(paymentSaga)
+	env.ExecuteWorkflow(paymentSaga, o)
+	require.True(h.t, env.IsWorkflowCompleted())
+	if err := env.GetWorkflowError(); err != nil {
+		return saga.State{}, err
+	}
+	var st saga.State
+	require.NoError(h.t, env.GetWorkflowResult(&st))
+	q, err := env.QueryWorkflow(saga.QueryTypeDefault)
+	require.NoError(h.t, err)
+	var queried saga.State
+	require.NoError(h.t, q.Get(&queried))
+	require.Equal(h.t, st, queried, "the query and the workflow disagree")
+	return st, nil
+}
+
+func declined(activity string) func(string, order, int32) error {
+	return func(name string, _ order, _ int32) error {
+		if name == activity {
+			return temporal.NewNonRetryableApplicationError(activity+" refused", "Declined", nil)
+		}
+		return nil
+	}
+}
+
+func TestStepThreeFailsCompensationsRunInReverseOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fail = declined("Ship")
+	st, err := h.run(order{ID: "o-1", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, saga.StateCompensated, st.Status)
+	require.Equal(t, []string{"charge", "reserve", "undo reserve", "undo charge"}, h.ledger.order)
+	for _, kind := range []string{"charge", "reserve"} {
+		done, undone := h.ledger.effects(kind)
+		require.Equal(t, 1, done, kind)
+		require.Equal(t, 1, undone, kind)
+	}
+	require.Len(t, st.Steps, 3)
+	require.Equal(t, saga.OutcomeFailed, st.Steps[2].Outcome)
+	for _, s := range st.Steps {
+		require.Equal(t, saga.CompensationCompleted, s.CompensationState, s.Name)
+	}
+}
+
+func TestCompensationFailsTwiceThenSucceeds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	refundAttempts := 0
+	h.fail = func(name string, o order, attempt int32) error {
+		switch name {
+		case "Ship":
+			return temporal.NewNonRetryableApplicationError("no carrier", "Declined", nil)
+		case "Refund":
+			refundAttempts++
+			if attempt <= 2 {
+				return errors.New("provider answered 503")
+			}
+		}
+		return nil
+	}
+	st, err := h.run(order{ID: "o-2", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, saga.StateCompensated, st.Status)
+	require.Equal(t, 3, refundAttempts)
+	_, refunds := h.ledger.effects("charge")
+	require.Equal(t, 1, refunds)
+}
+
+func TestChargeTakesEffectThenTimesOut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// The charge lands at the provider, then every attempt outlives its start-to-close timeout:
+	// the workflow never sees a result, and the charge's outcome is unknown to it.
+	h.after = func(ctx context.Context, name string) {
+		if name == "Charge" {
+			<-ctx.Done()
+		}
+	}
+	st, err := h.run(order{ID: "o-3", Amount: 100})
+	require.NoError(t, err)
+	require.Len(t, st.Steps, 1)
+	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
+	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
+	charges, refunds := h.ledger.effects("charge")
+	require.Equal(t, 1, charges)
+	require.Equal(t, 1, refunds, "the charge that timed out was not refunded exactly once")
+}
