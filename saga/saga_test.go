@@ -126,6 +126,8 @@ type harness struct {
 	fail func(activity string, o order, attempt int32) error
 	// after, when set, runs after an activity's effect: a slow worker, a lost response.
 	after func(ctx context.Context, activity string)
+	// workflow is the saga to run; paymentSaga when nil.
+	workflow func(workflow.Context, order) (saga.State, error)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -171,8 +173,12 @@ func (h *harness) run(o order) (saga.State, error) {
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
 		activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected}),
 	}})
-	env.RegisterWorkflow(paymentSaga)
-	env.ExecuteWorkflow(paymentSaga, o)
+	wf := h.workflow
+	if wf == nil {
+		wf = paymentSaga
+	}
+	env.RegisterWorkflow(wf)
+	env.ExecuteWorkflow(wf, o)
 	require.True(h.t, env.IsWorkflowCompleted())
 	if err := env.GetWorkflowError(); err != nil {
 		return saga.State{}, err
@@ -258,4 +264,204 @@ func TestChargeTakesEffectThenTimesOut(t *testing.T) {
 	charges, refunds := h.ledger.effects("charge")
 	require.Equal(t, 1, charges)
 	require.Equal(t, 1, refunds, "the charge that timed out was not refunded exactly once")
+}
+
+func TestReExecutionAsAfterResetHasNoNewEffects(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fail = declined("Ship")
+	first, err := h.run(order{ID: "o-4", Amount: 100})
+	require.NoError(t, err)
+	callsAfterFirst := map[string]int{}
+	for k, v := range h.ledger.calls {
+		callsAfterFirst[k] = v
+	}
+
+	// A fresh worker runs the whole saga again under the same workflow ID and OriginalRunID,
+	// as after a Reset to the start: every step and compensation replays its receipt.
+	again, err := h.run(order{ID: "o-4", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, first, again, "the replayed saga differs: other keys or other outcomes")
+	require.Equal(t, callsAfterFirst, h.ledger.calls, "a replayed step or compensation reached the provider")
+	for _, kind := range []string{"charge", "reserve"} {
+		done, undone := h.ledger.effects(kind)
+		require.Equal(t, 1, done, kind)
+		require.Equal(t, 1, undone, kind)
+	}
+}
+
+func TestCompensationKeysAreDistinctAndStable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fail = declined("Ship")
+	st, err := h.run(order{ID: "o-5", Amount: 100})
+	require.NoError(t, err)
+	seen := map[string]string{}
+	for _, s := range st.Steps {
+		for what, tok := range map[string]string{s.Name: s.Token, s.Name + "/" + s.Compensation: s.CompensationToken} {
+			require.Len(t, tok, keys.TokenLen)
+			other, dup := seen[tok]
+			require.False(t, dup, "%s and %s share token %s", what, other, tok)
+			seen[tok] = what
+		}
+	}
+	// An independent, identical execution (a replay on another worker) derives the same keys.
+	h2 := &harness{t: t, store: h.store, ledger: newLedger(), fail: h.fail}
+	again, err := h2.run(order{ID: "o-5", Amount: 100})
+	require.NoError(t, err)
+	for i := range st.Steps {
+		require.Equal(t, st.Steps[i].Token, again.Steps[i].Token)
+		require.Equal(t, st.Steps[i].CompensationToken, again.Steps[i].CompensationToken)
+	}
+}
+
+// failingUndo makes the named compensations fail for good.
+func failingUndo(undo ...string) func(string, order, int32) error {
+	return func(name string, _ order, _ int32) error {
+		if name == "Ship" {
+			return temporal.NewNonRetryableApplicationError("no carrier", "Declined", nil)
+		}
+		for _, u := range undo {
+			if name == u {
+				return temporal.NewNonRetryableApplicationError(name+" rejected", "Rejected", nil)
+			}
+		}
+		return nil
+	}
+}
+
+func requireCompensationError(t *testing.T, err error) *saga.CompensationError {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, saga.ErrTypeCompensationFailed, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	var cerr *saga.CompensationError
+	require.ErrorAs(t, err, &cerr)
+	return cerr
+}
+
+func TestCompensationFailureModes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SequentialStopsAtFirstFailure", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.fail = failingUndo("Release")
+		_, err := h.run(order{ID: "o-6", Amount: 100})
+		// The workflow returned the error; the test environment passes it through the
+		// failure converter, so only the message survives the trip.
+		require.ErrorContains(t, err, `step "reserve": compensation "compensate"`)
+		require.ErrorContains(t, err, "Release rejected")
+		require.ErrorContains(t, err, "not run: charge")
+		_, refunds := h.ledger.effects("charge")
+		require.Equal(t, 0, refunds, "a compensation ran after an earlier one failed without ContinueOnError")
+	})
+
+	t.Run("ContinueOnError", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.fail = failingUndo("Release")
+		_, err := h.run(order{ID: "o-7", Amount: 100, Options: saga.Options{ContinueOnError: true}})
+		require.ErrorContains(t, err, `step "reserve"`)
+		require.NotContains(t, err.Error(), "not run")
+		_, refunds := h.ledger.effects("charge")
+		require.Equal(t, 1, refunds)
+	})
+
+	t.Run("ParallelRunsEveryCompensation", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.fail = failingUndo("Release", "CancelShipment")
+		_, err := h.run(order{ID: "o-8", Amount: 100, Options: saga.Options{Parallel: true}})
+		require.ErrorContains(t, err, `step "reserve"`)
+		require.ErrorContains(t, err, `step "ship"`)
+		_, refunds := h.ledger.effects("charge")
+		require.Equal(t, 1, refunds)
+	})
+
+	t.Run("ParallelAllSucceed", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.fail = declined("Ship")
+		st, err := h.run(order{ID: "o-9", Amount: 100, Options: saga.Options{Parallel: true}})
+		require.NoError(t, err)
+		require.Equal(t, saga.StateCompensated, st.Status)
+		for _, kind := range []string{"charge", "reserve"} {
+			_, undone := h.ledger.effects(kind)
+			require.Equal(t, 1, undone, kind)
+		}
+	})
+}
+
+// The typed error, inside the workflow, before it crosses into Temporal.
+func TestCompensateReturnsTypedError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: map[string]activity.Options{"Undo": {DownstreamDeduplicates: true}}}),
+	}})
+	env.RegisterActivityWithOptions(func(ctx context.Context) error { return nil }, sdkactivity.RegisterOptions{Name: "Do"})
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		return temporal.NewNonRetryableApplicationError("cannot undo", "Rejected", nil)
+	}, sdkactivity.RegisterOptions{Name: "Undo"})
+	var got *saga.CompensationError
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+		s, err := saga.New(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := s.Step(ctx, "do", saga.Compensation{Activity: "Undo", Name: "undo"}, "Do").Get(ctx, nil); err != nil {
+			return err
+		}
+		err = s.Compensate(ctx)
+		errors.As(err, &got)
+		return nil
+	}, workflow.RegisterOptions{Name: "W"})
+	env.ExecuteWorkflow("W")
+	require.NoError(t, env.GetWorkflowError())
+	require.NotNil(t, got)
+	require.Len(t, got.Failed, 1)
+	require.Equal(t, "do", got.Failed[0].Step)
+	require.Equal(t, "undo", got.Failed[0].Compensation)
+	require.Contains(t, got.Failed[0].Reason, "cannot undo")
+}
+
+func parallelSaga(ctx workflow.Context, o order) (saga.State, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	s, err := saga.New(ctx, nil)
+	if err != nil {
+		return saga.State{}, err
+	}
+	charged := s.Step(ctx, "charge", saga.Compensation{Activity: "Refund", Args: []any{o}}, "Charge", o)
+	reserved := s.Step(ctx, "reserve", saga.Compensation{Activity: "Release", Args: []any{o}}, "Reserve", o)
+	if err := reserved.Get(ctx, nil); err != nil {
+		// The charge is still in flight: its compensation must wait for it.
+		err := s.Compensate(ctx)
+		return s.State(), err
+	}
+	return s.State(), charged.Get(ctx, nil)
+}
+
+func TestCompensationWaitsForItsForwardStep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fail = func(name string, _ order, _ int32) error {
+		switch name {
+		case "Charge":
+			time.Sleep(300 * time.Millisecond) // a slow provider
+		case "Reserve":
+			return temporal.NewNonRetryableApplicationError("out of stock", "Declined", nil)
+		}
+		return nil
+	}
+	h.workflow = parallelSaga
+	_, err := h.run(order{ID: "o-10", Amount: 100})
+	require.NoError(t, err)
+	charges, refunds := h.ledger.effects("charge")
+	require.Equal(t, 1, charges)
+	require.Equal(t, 1, refunds, "the refund overtook the charge it undoes")
 }
