@@ -18,7 +18,8 @@ import (
 const (
 	// QueryTypeDefault is the name of the query handler that returns the saga's State.
 	QueryTypeDefault = "tempotent.saga"
-	// CompensationNameDefault names a compensation in its key when Compensation.Name is empty.
+	// CompensationNameDefault names a compensation in its key when Compensation.Name is empty
+	// and its Activity is a function.
 	CompensationNameDefault = "compensate"
 	// CompensationTimeoutDefault is a compensation attempt's start-to-close timeout.
 	CompensationTimeoutDefault = time.Minute
@@ -63,9 +64,20 @@ type Compensation struct {
 	Activity any
 	// Args are its arguments.
 	Args []any
-	// Name names the compensation in its key; default CompensationNameDefault. Keep it stable:
-	// renaming it gives running sagas new compensation keys.
+	// Name names the compensation in its key: by default the activity's name when Activity is
+	// a string, else CompensationNameDefault. Keep it stable: renaming it gives running sagas
+	// new compensation keys.
 	Name string
+}
+
+func (c Compensation) name() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	if name, ok := c.Activity.(string); ok {
+		return name
+	}
+	return CompensationNameDefault
 }
 
 // Saga is the workflow-side record of forward steps and their compensations. Create one per saga
@@ -118,7 +130,7 @@ func (s *Saga) Step(ctx workflow.Context, name string, comp Compensation, activi
 	if err != nil {
 		return failed(ctx, fmt.Errorf("saga step %q: %w", name, err))
 	}
-	_, ck, err := keys.WithCompensation(ctx, k, cmp.Or(comp.Name, CompensationNameDefault))
+	_, ck, err := keys.WithCompensation(ctx, k, comp.name())
 	if err != nil {
 		return failed(ctx, fmt.Errorf("saga step %q: %w", name, err))
 	}

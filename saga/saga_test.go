@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,19 +139,26 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, store: store, ledger: newLedger()}
 }
 
-// run executes the saga in a fresh test environment, as a new worker would after a crash or a
-// Reset: same workflow ID, same OriginalRunID.
-func (h *harness) run(o order) (saga.State, error) {
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
-	env.SetTestTimeout(30 * time.Second)
+// activityNames maps each activity to the ledger kind it applies or, for compensations, undoes.
+var activityNames = map[string]string{
+	"Charge": "charge", "Reserve": "reserve", "Ship": "ship",
+	"Refund": "undo charge", "Release": "undo reserve", "CancelShipment": "undo ship",
+}
+
+func (h *harness) interceptor() interceptor.WorkerInterceptor {
 	selected := map[string]activity.Options{}
-	for _, pair := range [][2]string{{"Charge", "charge"}, {"Reserve", "reserve"}, {"Ship", "ship"},
-		{"Refund", "Charge"}, {"Release", "Reserve"}, {"CancelShipment", "Ship"}} {
-		name, kind := pair[0], pair[1]
+	for name := range activityNames {
 		selected[name] = activity.Options{DownstreamDeduplicates: true}
-		isUndo := kind[0] >= 'A' && kind[0] <= 'Z'
-		env.RegisterActivityWithOptions(func(ctx context.Context, o order) (string, error) {
+	}
+	return activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected})
+}
+
+// register registers the saga's activities on a test environment or a worker.
+func (h *harness) register(r interface {
+	RegisterActivityWithOptions(any, sdkactivity.RegisterOptions)
+}) {
+	for name, kind := range activityNames {
+		r.RegisterActivityWithOptions(func(ctx context.Context, o order) (string, error) {
 			if h.fail != nil {
 				if err := h.fail(name, o, sdkactivity.GetInfo(ctx).Attempt); err != nil {
 					return "", err
@@ -158,8 +166,8 @@ func (h *harness) run(o order) (saga.State, error) {
 			}
 			var out string
 			var err error
-			if isUndo {
-				err = h.ledger.undo(ctx, map[string]string{"Charge": "charge", "Reserve": "reserve", "Ship": "ship"}[kind])
+			if undone, ok := strings.CutPrefix(kind, "undo "); ok {
+				err = h.ledger.undo(ctx, undone)
 			} else {
 				out, err = h.ledger.do(ctx, kind)
 			}
@@ -170,9 +178,16 @@ func (h *harness) run(o order) (saga.State, error) {
 			return out, err
 		}, sdkactivity.RegisterOptions{Name: name})
 	}
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected}),
-	}})
+}
+
+// run executes the saga in a fresh test environment, as a new worker would after a crash or a
+// Reset: same workflow ID, same OriginalRunID.
+func (h *harness) run(o order) (saga.State, error) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{h.interceptor()}})
+	h.register(env)
 	wf := h.workflow
 	if wf == nil {
 		wf = paymentSaga
@@ -351,7 +366,7 @@ func TestCompensationFailureModes(t *testing.T) {
 		_, err := h.run(order{ID: "o-6", Amount: 100})
 		// The workflow returned the error; the test environment passes it through the
 		// failure converter, so only the message survives the trip.
-		require.ErrorContains(t, err, `step "reserve": compensation "compensate"`)
+		require.ErrorContains(t, err, `step "reserve": compensation "Release"`)
 		require.ErrorContains(t, err, "Release rejected")
 		require.ErrorContains(t, err, "not run: charge")
 		_, refunds := h.ledger.effects("charge")
