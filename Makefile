@@ -3,15 +3,17 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 GO ?= go
-BIN := $(CURDIR)/bin
+BIN := bin
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
-.PHONY: help test vet lint bench fuzz tidy
+TEMPORAL_CLI_VERSION := v1.5.1
+
+.PHONY: help test vet lint bench fuzz histories
 
 help: ## List the targets.
-	@grep -hE '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 test: vet ## Vet, then run every test with the race detector (needs Postgres: TEST_DATABASE_URL).
 	$(GO) test -race -count=1 ./...
@@ -24,7 +26,7 @@ lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pin
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(BIN)/staticcheck $@
 
 bench: ## Benchmarks with round trips per op, and each operation's ratio to its bare statement.
@@ -32,3 +34,10 @@ bench: ## Benchmarks with round trips per op, and each operation's ratio to its 
 
 fuzz: ## Fuzz the canonical JSON form for a minute.
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalize -fuzztime 60s ./keys/
+
+bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to build the first time).
+	@mkdir -p $(BIN)
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+histories: bin/temporal ## Re-record the saga histories that the replay test checks, on the dev server.
+	TEMPOTENT_RECORD_HISTORIES=1 $(GO) test -count=1 -run TestRecordHistories ./saga/

@@ -345,17 +345,6 @@ func failingUndo(undo ...string) func(string, order, int32) error {
 	}
 }
 
-func requireCompensationError(t *testing.T, err error) *saga.CompensationError {
-	t.Helper()
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, saga.ErrTypeCompensationFailed, appErr.Type())
-	require.True(t, appErr.NonRetryable())
-	var cerr *saga.CompensationError
-	require.ErrorAs(t, err, &cerr)
-	return cerr
-}
-
 func TestCompensationFailureModes(t *testing.T) {
 	t.Parallel()
 

@@ -1,0 +1,42 @@
+// Package saga runs sagas in Temporal workflows whose compensations have their own idempotent
+// keys.
+//
+// A payment saga charges, reserves, ships; when a later step fails it refunds, releases, cancels.
+// Registering a compensation only after its forward activity succeeded (the usual defer
+// pattern) misses the charge that took effect but timed out, and nothing stops a refund from
+// being issued twice. A Saga instead:
+//
+//   - registers each step's compensation before the forward activity runs, so a step with an
+//     unknown outcome is compensated too;
+//   - keys each forward step with keys.StepKey (reset-safe: workflow ID + OriginalRunID + step
+//     name + occurrence) and each compensation with Key.Compensation of it, so retries, replays
+//     and Reset reuse the same keys and the activity package's receipts turn repeats into
+//     replays;
+//   - waits for a forward activity to settle before compensating it, so a refund never
+//     overtakes its charge;
+//   - runs compensations in reverse order (or in parallel) with a retry policy that keeps
+//     trying, and reports every compensation that did not complete in a *CompensationError;
+//   - answers a query (QueryTypeDefault) with steps, tokens, outcomes and compensation states.
+//
+// Keys travel in Temporal headers: no key parameter appears in an activity's signature. Install
+// the activity package's interceptor (or keys.Interceptor) on the worker.
+//
+//	func Payment(ctx workflow.Context, o Order) error {
+//		s, err := saga.New(ctx, nil)
+//		if err != nil {
+//			return err
+//		}
+//		for _, step := range []struct{ name, do, undo string }{
+//			{"charge", "Charge", "Refund"}, {"reserve", "Reserve", "Release"}, {"ship", "Ship", "CancelShipment"},
+//		} {
+//			if err := s.Step(ctx, step.name, saga.Compensation{Activity: step.undo, Args: []any{o}}, step.do, o).Get(ctx, nil); err != nil {
+//				return errors.Join(err, s.Compensate(ctx))
+//			}
+//		}
+//		s.Complete()
+//		return nil
+//	}
+//
+// The contract a compensation activity must meet is in Compensation's documentation: it may run
+// for a step whose forward effect never happened, and must then succeed without doing anything.
+package saga
