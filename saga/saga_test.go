@@ -469,3 +469,36 @@ func TestCompensationWaitsForItsForwardStep(t *testing.T) {
 	require.Equal(t, 1, charges)
 	require.Equal(t, 1, refunds, "the refund overtook the charge it undoes")
 }
+
+func loopSaga(ctx workflow.Context, o order) (saga.State, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	s, err := saga.New(ctx, nil)
+	if err != nil {
+		return saga.State{}, err
+	}
+	for range 3 { // three instalments: the same step, three intents
+		if err := s.Step(ctx, "charge", saga.Compensation{Activity: "Refund", Args: []any{o}}, "Charge", o).Get(ctx, nil); err != nil {
+			return saga.State{}, err
+		}
+	}
+	err = s.Compensate(ctx)
+	return s.State(), err
+}
+
+func TestLoopGetsAKeyPerOccurrence(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.workflow = loopSaga
+	st, err := h.run(order{ID: "o-11", Amount: 100})
+	require.NoError(t, err)
+	require.Len(t, st.Steps, 3)
+	tokens := map[string]bool{}
+	for _, s := range st.Steps {
+		tokens[s.Token] = true
+		tokens[s.CompensationToken] = true
+	}
+	require.Len(t, tokens, 6, "occurrences of one step share a key")
+	charges, refunds := h.ledger.effects("charge")
+	require.Equal(t, 3, charges)
+	require.Equal(t, 3, refunds)
+}
