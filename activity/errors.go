@@ -156,10 +156,16 @@ func NotApplied(err error) error {
 	return notApplied{err}
 }
 
-// IsNotApplied reports whether err was marked with NotApplied.
+// IsNotApplied reports whether err was marked with NotApplied, or is (or wraps) an error with a
+// method NotApplied() bool that returns true — how packages that do not import this one, such
+// as downstream, say that a request was never sent.
 func IsNotApplied(err error) bool {
 	var na notApplied
-	return errors.As(err, &na)
+	if errors.As(err, &na) {
+		return true
+	}
+	var marked interface{ NotApplied() bool }
+	return errors.As(err, &marked) && marked.NotApplied()
 }
 
 // toTemporal turns this package's errors into Temporal application errors with the exported

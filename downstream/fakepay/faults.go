@@ -1,0 +1,85 @@
+package fakepay
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FaultHeader sets faults for one request, in the form of ParseFaults.
+const FaultHeader = "Fakepay-Fault"
+
+// Faults are the failures fakepay injects. Counted faults apply to the first N requests of each
+// idempotency key, so a retry with the same key eventually gets through.
+type Faults struct {
+	// Fail500 answers 500 to the first N requests of a key before anything happens, as a load
+	// balancer in front of the provider would; nothing is stored, so a retry proceeds.
+	Fail500 int `json:"fail_500,omitempty"`
+	// RateLimit answers 429 with Retry-After to the first N requests of a key.
+	RateLimit int `json:"rate_limit,omitempty"`
+	// RetryAfter is the Retry-After of RateLimit, in whole seconds (default 1).
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	// Slow delays each request's execution, while its key is in flight: a concurrent duplicate
+	// gets 409.
+	Slow time.Duration `json:"slow,omitempty"`
+	// Decline declines every charge, as a card_error; the response is stored and replayed.
+	Decline bool `json:"decline,omitempty"`
+	// Drop applies the first N requests of a key, stores their response, then drops the
+	// connection without answering: the caller cannot tell whether it happened.
+	Drop int `json:"drop,omitempty"`
+}
+
+// ParseFaults reads faults written as comma-separated fields: "fail_500=2", "rate_limit=1",
+// "retry_after=2s", "slow=200ms", "decline", "drop=1".
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	for field := range strings.SplitSeq(s, ",") {
+		name, value, _ := strings.Cut(strings.TrimSpace(field), "=")
+		var err error
+		switch name {
+		case "":
+		case "fail_500":
+			f.Fail500, err = strconv.Atoi(value)
+		case "rate_limit":
+			f.RateLimit, err = strconv.Atoi(value)
+		case "retry_after":
+			f.RetryAfter, err = time.ParseDuration(value)
+		case "slow":
+			f.Slow, err = time.ParseDuration(value)
+		case "decline":
+			f.Decline = true
+		case "drop":
+			f.Drop, err = strconv.Atoi(value)
+		default:
+			err = fmt.Errorf("unknown fault %q (known: fail_500, rate_limit, retry_after, slow, decline, drop)", name)
+		}
+		if err != nil {
+			return Faults{}, fmt.Errorf("fault %q: %w", field, err)
+		}
+	}
+	return f, nil
+}
+
+// merge returns f with the fields that o sets.
+func (f Faults) merge(o Faults) Faults {
+	if o.Fail500 > 0 {
+		f.Fail500 = o.Fail500
+	}
+	if o.RateLimit > 0 {
+		f.RateLimit = o.RateLimit
+	}
+	if o.RetryAfter > 0 {
+		f.RetryAfter = o.RetryAfter
+	}
+	if o.Slow > 0 {
+		f.Slow = o.Slow
+	}
+	if o.Decline {
+		f.Decline = true
+	}
+	if o.Drop > 0 {
+		f.Drop = o.Drop
+	}
+	return f
+}

@@ -1,0 +1,93 @@
+package downstream
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+// HeaderDefault is the header that carries the token unless Transport.Header says otherwise.
+const HeaderDefault = "Idempotency-Key"
+
+// ErrNoKey is matched by *NoKeyError.
+var ErrNoKey = errors.New("unsafe request without an idempotency key")
+
+// NoKeyError refuses an unsafe request that has no idempotency key: sending it would make a
+// retry a second effect. It is never sent, so it is also NotApplied.
+type NoKeyError struct {
+	Method, URL, Header string
+}
+
+func (e *NoKeyError) Error() string {
+	return fmt.Sprintf("%s %s: refusing to send an unsafe request without %s: call it from an activity wrapped by tempotent (the token comes from keys.TokenFrom), or set the header yourself", e.Method, e.URL, e.Header)
+}
+
+func (e *NoKeyError) Is(target error) bool { return target == ErrNoKey }
+
+// NotApplied reports that the request was not sent.
+func (e *NoKeyError) NotApplied() bool { return true }
+
+// Transport is an http.RoundTripper that puts the running intent's token (keys.TokenFrom on the
+// request's context) in the idempotency header of every unsafe request (POST, PUT, PATCH,
+// DELETE) and refuses to send one that has no key. A header the caller set on purpose is never
+// overwritten. Safe methods pass through untouched.
+//
+//	client := &http.Client{Transport: &downstream.Transport{}}
+//	req, _ := http.NewRequestWithContext(ctx, "POST", url, body) // ctx: the activity's context
+//
+// The zero Transport uses http.DefaultTransport and HeaderDefault.
+type Transport struct {
+	// Base sends the request; default http.DefaultTransport.
+	Base http.RoundTripper
+	// Header names the idempotency header, e.g. "PayPal-Request-Id". Default HeaderDefault.
+	Header string
+	// Format renders the token; default the token itself. Use keys.Token.UUID for APIs that
+	// want a UUID.
+	Format func(keys.Token) string
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// RoundTrip implements http.RoundTripper. It does not modify req: a request that needs the
+// header is cloned first.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if !Unsafe(req.Method) {
+		return base.RoundTrip(req)
+	}
+	header := t.Header
+	if header == "" {
+		header = HeaderDefault
+	}
+	if req.Header.Get(header) != "" {
+		return base.RoundTrip(req)
+	}
+	tok, ok := keys.TokenFrom(req.Context())
+	if !ok {
+		if req.Body != nil {
+			_ = req.Body.Close() // RoundTrip must close the body, even on error
+		}
+		return nil, &NoKeyError{Method: req.Method, URL: req.URL.Redacted(), Header: header}
+	}
+	value := tok.String()
+	if t.Format != nil {
+		value = t.Format(tok)
+	}
+	out := req.Clone(req.Context())
+	out.Header.Set(header, value)
+	return base.RoundTrip(out)
+}
+
+// Unsafe reports whether an HTTP method changes state (RFC 9110 §9.2.1), and so needs a key.
+func Unsafe(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return false
+	}
+	return true
+}
