@@ -10,19 +10,25 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
 TEMPORAL_CLI_VERSION := v1.5.1
 
-.PHONY: help test vet lint bench fuzz histories
+.PHONY: help test vet lint bench fuzz histories fakepay
 
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
+# The Stripe adapter is a module of its own, so that the toolkit's go.mod does not carry stripe-go.
+NESTED := downstream/stripe
+
 test: vet ## Vet, then run every test with the race detector (needs Postgres: TEST_DATABASE_URL).
 	$(GO) test -race -count=1 ./...
+	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
-vet: ## go vet.
+vet: ## go vet, every module.
 	$(GO) vet ./...
+	for m in $(NESTED); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version).
+lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version), every module.
 	$(STATICCHECK) ./...
+	for m in $(NESTED); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)
@@ -38,6 +44,10 @@ fuzz: ## Fuzz the canonical JSON form for a minute.
 bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to build the first time).
 	@mkdir -p $(BIN)
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+fakepay: ## Run the fake payment provider on 127.0.0.1:8420, its ledger kept in .tmp/fakepay.json.
+	@mkdir -p .tmp
+	$(GO) run ./downstream/fakepay/cmd/fakepay -addr 127.0.0.1:8420 -state .tmp/fakepay.json
 
 histories: bin/temporal ## Re-record the saga histories that the replay test checks, on the dev server.
 	TEMPOTENT_RECORD_HISTORIES=1 $(GO) test -count=1 -run TestRecordHistories ./saga/

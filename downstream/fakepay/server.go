@@ -431,4 +431,3 @@ func writeRaw(w http.ResponseWriter, status int, raw []byte) {
 	w.WriteHeader(status)
 	_, _ = w.Write(raw)
 }
-
