@@ -1,0 +1,159 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotent/tempotent/downstream"
+	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/saga"
+)
+
+// TaskQueue is the sample's default task queue.
+const TaskQueue = "tempotent-payments"
+
+// Order is one purchase: charge the card, reserve stock, ship, confirm.
+type Order struct {
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Card     string `json:"card"` // "tok_visa"; "tok_chargeDeclined" declines
+	SKU      string `json:"sku"`
+	Units    int    `json:"units"`
+	Address  string `json:"address"` // "nowhere" cannot be shipped to
+	// Faults are fakepay fault specs (fakepay.ParseFaults) sent with this order's requests to
+	// the payment provider and to the carrier, to show the demo's failure modes.
+	ChargeFaults   string `json:"charge_faults,omitempty"`
+	ShipmentFaults string `json:"shipment_faults,omitempty"`
+}
+
+// Result is how an order ended.
+type Result struct {
+	OrderID  string     `json:"order_id"`
+	Status   string     `json:"status"` // StatusCompleted or StatusCompensated
+	ChargeID string     `json:"charge_id,omitempty"`
+	Reason   string     `json:"reason,omitempty"` // why it was compensated
+	Saga     saga.State `json:"saga"`
+}
+
+// Order outcomes.
+const (
+	StatusCompleted   = "completed"
+	StatusCompensated = "compensated"
+)
+
+// PaymentSaga charges the card, reserves the stock, creates the shipment and confirms the
+// order. When a step fails for good — a declined card, an address the carrier refuses — the
+// saga refunds, releases and cancels whatever may have happened, each once.
+func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    200 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    3 * time.Second,
+			MaximumAttempts:    20,
+		},
+	})
+	s, err := saga.New(ctx, &saga.Options{CompensationOptions: workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second}})
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{OrderID: o.ID, Status: StatusCompleted}
+	compensate := func(cause error) (Result, error) {
+		res.Status, res.Reason = StatusCompensated, cause.Error()
+		err := s.Compensate(ctx)
+		res.Saga = s.State()
+		return res, err
+	}
+
+	var charge downstream.Charge
+	if err := s.Step(ctx, "charge", saga.Compensation{Activity: "Refund", Args: []any{o}}, "Charge", o).Get(ctx, &charge); err != nil {
+		return compensate(err)
+	}
+	res.ChargeID = charge.ID
+	if err := s.Step(ctx, "reserve", saga.Compensation{Activity: "ReleaseInventory", Args: []any{o}}, "ReserveInventory", o).Get(ctx, nil); err != nil {
+		return compensate(err)
+	}
+	if err := s.Step(ctx, "ship", saga.Compensation{Activity: "CancelShipment", Args: []any{o}}, "CreateShipment", o).Get(ctx, nil); err != nil {
+		return compensate(err)
+	}
+	if err := workflow.ExecuteActivity(keys.WithStep(ctx, "confirm"), "ConfirmOrder", o).Get(ctx, nil); err != nil {
+		return compensate(err)
+	}
+	s.Complete()
+	res.Saga = s.State()
+	return res, nil
+}
+
+// Schema is where the sample keeps its business tables.
+const Schema = "payment_sample"
+
+// Migrate creates the sample's tables and stocks its one product.
+func Migrate(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, `
+CREATE SCHEMA IF NOT EXISTS payment_sample;
+CREATE TABLE IF NOT EXISTS payment_sample.stock (
+	sku   text PRIMARY KEY,
+	units bigint NOT NULL CHECK (units >= 0));
+CREATE TABLE IF NOT EXISTS payment_sample.orders (
+	id         text PRIMARY KEY,
+	status     text NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now());
+-- Rows for a shipment worker to pick up: written in the same transaction as the stock change.
+CREATE TABLE IF NOT EXISTS payment_sample.outbox (
+	id         bigserial PRIMARY KEY,
+	order_id   text NOT NULL,
+	kind       text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO payment_sample.stock VALUES ('widget', 1000000000) ON CONFLICT DO NOTHING;`)
+	if err != nil {
+		return fmt.Errorf("migrate the payment sample's tables: %w", err)
+	}
+	return nil
+}
+
+// reserve and release move stock and queue the matching outbox row, in the receipt's
+// transaction (see activity.WrapTx).
+func reserve(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
+	var left int64
+	err := tx.QueryRow(ctx, "UPDATE payment_sample.stock SET units = units - $2 WHERE sku = $1 RETURNING units", o.SKU, o.Units).Scan(&left)
+	if err == pgx.ErrNoRows {
+		return 0, temporal.NewNonRetryableApplicationError("unknown product "+o.SKU, "UnknownProduct", nil)
+	}
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO payment_sample.outbox (order_id, kind) VALUES ($1, 'reserved')", o.ID)
+	return left, err
+}
+
+func release(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
+	// Release only what this order reserved: a reservation that never committed left no
+	// outbox row, and releasing it would create stock.
+	var reserved bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM payment_sample.outbox WHERE order_id = $1 AND kind = 'reserved')", o.ID).Scan(&reserved); err != nil {
+		return 0, err
+	}
+	if !reserved {
+		return 0, nil
+	}
+	var left int64
+	if err := tx.QueryRow(ctx, "UPDATE payment_sample.stock SET units = units + $2 WHERE sku = $1 RETURNING units", o.SKU, o.Units).Scan(&left); err != nil {
+		return 0, err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO payment_sample.outbox (order_id, kind) VALUES ($1, 'released')", o.ID)
+	return left, err
+}
+
+func confirm(ctx context.Context, tx pgx.Tx, o Order) (string, error) {
+	_, err := tx.Exec(ctx, `INSERT INTO payment_sample.orders (id, status) VALUES ($1, 'confirmed')
+		ON CONFLICT (id) DO UPDATE SET status = 'confirmed', updated_at = now()`, o.ID)
+	return "confirmed", err
+}

@@ -1,0 +1,68 @@
+// Command worker runs a tempotent worker with the payment sample: it validates its
+// configuration, connects to (or starts) Temporal and Postgres, installs tempotent's
+// interceptor and serves the sample's workflow and activities until SIGINT or SIGTERM.
+//
+//	go run ./worker -migrate                      # everything local: dev server, Postgres, fakepay
+//	TEMPORAL_ADDRESS=temporal:7233 DATABASE_URL=postgres://… FAKEPAY_URL=http://… go run ./worker
+//
+// Its setup is the package worker/setup, which your own worker can reuse.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+
+	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/samples/payment"
+	"github.com/tempotent/tempotent/worker/setup"
+)
+
+func main() {
+	var cfg setup.Config
+	cfg.Bind(flag.CommandLine)
+	paymentsURL := flag.String("payments-url", os.Getenv("FAKEPAY_URL"), "payment provider (fakepay API); empty starts one in this process (env FAKEPAY_URL)")
+	carrierURL := flag.String("carrier-url", os.Getenv("CARRIER_URL"), "shipping carrier (fakepay API); empty starts one in this process (env CARRIER_URL)")
+	flag.Parse()
+	if cfg.TaskQueue == setup.TaskQueueDefault {
+		cfg.TaskQueue = payment.TaskQueue
+	}
+	if err := run(cfg, *paymentsURL, *carrierURL); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg setup.Config, paymentsURL, carrierURL string) error {
+	ctx := context.Background()
+	env, err := setup.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if env.Config.Migrate {
+		if err := payment.Migrate(ctx, env.Pool); err != nil {
+			return err
+		}
+	}
+	for _, p := range []*string{&paymentsURL, &carrierURL} {
+		if *p == "" {
+			srv, err := fakepay.New(nil)
+			if err != nil {
+				return err
+			}
+			hs := httptest.NewServer(srv)
+			defer hs.Close()
+			*p = hs.URL
+		}
+	}
+	env.Log.Info("downstreams", "payments", paymentsURL, "carrier", carrierURL)
+	if env.TemporalUI != "" {
+		fmt.Fprintf(os.Stderr, "\nTemporal Web UI: %s\n\n", env.TemporalUI)
+	}
+	w := env.NewWorker(payment.InterceptorConfig())
+	payment.Register(w, payment.NewActivities(paymentsURL, carrierURL), env.Store)
+	return env.Run(ctx, w)
+}

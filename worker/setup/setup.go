@@ -1,0 +1,195 @@
+package setup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// Env is a running worker's surroundings: a Temporal client, a Postgres pool, the receipt
+// store, and whatever local mode started for them. Close stops it all.
+type Env struct {
+	Config Config
+	Log    *slog.Logger
+	Client client.Client
+	Pool   *pgxpool.Pool
+	Store  *activity.Store
+	// TemporalUI is the Web UI's address when the dev server was started, else "".
+	TemporalUI string
+
+	closers []func()
+}
+
+// Start validates cfg and brings up what a worker needs, starting the Temporal dev server and a
+// Postgres when none is configured. Every failure says what was wrong and what to do.
+func Start(ctx context.Context, cfg Config) (*Env, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	level, _ := cfg.level()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	e := &Env{Config: cfg, Log: log}
+	if err := e.start(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) start(ctx context.Context) error {
+	cfg := e.Config
+	url, stopDB, err := database(ctx, cfg, e.Log)
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, stopDB)
+	if err := e.connectPostgres(ctx, url); err != nil {
+		return err
+	}
+	return e.connectTemporal(ctx)
+}
+
+func (e *Env) connectPostgres(ctx context.Context, url string) error {
+	cfg := e.Config
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL %q: %w", redact(url), err)
+	}
+	e.Pool = pool
+	e.closers = append(e.closers, pool.Close)
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		return fmt.Errorf("Postgres at %s does not answer: %w. Check DATABASE_URL and that the server runs (or leave DATABASE_URL empty to use or start a local one)", redact(url), err)
+	}
+	e.Store, err = activity.NewStore(pool, &activity.Config{Schema: cfg.Schema, Retention: cfg.Retention})
+	if err != nil {
+		return err
+	}
+	if cfg.Migrate {
+		if err := e.Store.Migrate(ctx); err != nil {
+			return err
+		}
+		e.Log.Info("receipt migrations applied", "schema", cfg.Schema)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{cfg.Schema, "receipts"}.Sanitize()).Scan(&exists); err != nil {
+		return fmt.Errorf("Postgres at %s: %w", redact(url), err)
+	}
+	if !exists {
+		return fmt.Errorf("Postgres at %s has no receipts table in schema %q: run the worker once with -migrate (TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool", redact(url), cfg.Schema)
+	}
+	return nil
+}
+
+func (e *Env) connectTemporal(ctx context.Context) error {
+	cfg := e.Config
+	opts := client.Options{
+		HostPort:           cfg.TemporalAddress,
+		Namespace:          cfg.Namespace,
+		Logger:             tlog.NewStructuredLogger(e.Log.With("component", "temporal")),
+		ContextPropagators: []workflow.ContextPropagator{keys.TenantPropagator()},
+	}
+	if cfg.TemporalAddress == "" {
+		return e.startDevServer(ctx, opts)
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dialCtx, opts)
+	if err != nil {
+		return fmt.Errorf("Temporal at %s (namespace %q) does not answer: %w. Check TEMPORAL_ADDRESS, or leave it empty to start the dev server", cfg.TemporalAddress, cfg.Namespace, err)
+	}
+	e.Client = c
+	e.closers = append(e.closers, c.Close)
+	return nil
+}
+
+func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
+	cli := e.Config.TemporalCLI
+	if _, err := os.Stat(cli); err != nil {
+		return fmt.Errorf("TEMPORAL_ADDRESS is not set and the Temporal CLI is not at %s to start the dev server: run `make bin/temporal` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1), or set TEMPORAL_ADDRESS", cli)
+	}
+	uiPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	opts.Logger = tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)) // the dev server's start-up chatter
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  cli,
+		ClientOptions: &opts,
+		EnableUI:      true,
+		UIPort:        strconv.Itoa(uiPort),
+		LogLevel:      "error",
+	})
+	if err != nil {
+		return fmt.Errorf("start the Temporal dev server (%s): %w", cli, err)
+	}
+	e.closers = append(e.closers, func() { _ = srv.Stop() })
+	e.Client = srv.Client()
+	e.Config.TemporalAddress = srv.FrontendHostPort()
+	e.TemporalUI = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
+	e.Log.Info("TEMPORAL_ADDRESS not set: started the Temporal dev server", "address", srv.FrontendHostPort(), "ui", e.TemporalUI)
+	return nil
+}
+
+// NewWorker returns a worker on the configured task queue with tempotent's interceptor, which
+// applies receipts to the activities that cfg selects and carries key headers for all.
+func (e *Env) NewWorker(cfg activity.InterceptorConfig) worker.Worker {
+	return worker.New(e.Client, e.Config.TaskQueue, worker.Options{
+		Interceptors:      []interceptor.WorkerInterceptor{activity.NewInterceptor(e.Store, cfg)},
+		WorkerStopTimeout: e.Config.ShutdownGrace,
+	})
+}
+
+// Run runs w until ctx ends or the process gets SIGINT or SIGTERM. Then it stops polling and
+// gives running activities ShutdownGrace to finish before it returns.
+func (e *Env) Run(ctx context.Context, w worker.Worker) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %q: %w", e.Config.TaskQueue, err)
+	}
+	e.Log.Info("worker running", "task_queue", e.Config.TaskQueue, "namespace", e.Config.Namespace, "temporal", e.Config.TemporalAddress)
+	<-ctx.Done()
+	e.Log.Info("stopping: no new tasks; running activities may finish", "grace", e.Config.ShutdownGrace)
+	w.Stop()
+	e.Log.Info("worker stopped")
+	return nil
+}
+
+// Close stops what Start started, in reverse order. It is safe to call more than once.
+func (e *Env) Close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
