@@ -328,12 +328,13 @@ type Ledger struct {
 
 // LedgerCharge is one charge in the ledger.
 type LedgerCharge struct {
-	ID       string `json:"id"`
-	Key      string `json:"idempotency_key"`
-	Token    string `json:"token"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Refunded bool   `json:"refunded"`
+	ID          string `json:"id"`
+	Description string `json:"description,omitempty"`
+	Key         string `json:"idempotency_key"`
+	Token       string `json:"token"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Refunded    bool   `json:"refunded"`
 }
 
 // LedgerRefund is one refund in the ledger.
@@ -351,7 +352,7 @@ func (s *Server) Ledger() Ledger {
 	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}}
 	for _, c := range s.st.Charges {
 		tok := c.Metadata[downstream.TokenMetadataKey]
-		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})
+		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})
 		if tok != "" {
 			l.ChargesByToken[tok]++
 		}
