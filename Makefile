@@ -10,7 +10,7 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
 TEMPORAL_CLI_VERSION := v1.5.1
 
-.PHONY: help test vet lint bench fuzz histories fakepay
+.PHONY: help demo test vet lint bench fuzz histories fakepay
 
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -18,7 +18,12 @@ help: ## List the targets.
 # The Stripe adapter is a module of its own, so that the toolkit's go.mod does not carry stripe-go.
 NESTED := downstream/stripe
 
-test: vet ## Vet, then run every test with the race detector (needs Postgres: TEST_DATABASE_URL).
+N ?= 50
+
+demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, worker, N orders (N=50), summary.
+	$(GO) run ./samples/payment/cmd/demo -orders $(N)
+
+test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server.
 	$(GO) test -race -count=1 ./...
 	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 

@@ -2,6 +2,7 @@ package payment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,7 +39,7 @@ type Result struct {
 	OrderID  string     `json:"order_id"`
 	Status   string     `json:"status"` // StatusCompleted or StatusCompensated
 	ChargeID string     `json:"charge_id,omitempty"`
-	Reason   string     `json:"reason,omitempty"` // why it was compensated
+	Reason   string     `json:"reason,omitempty"` // why it was compensated: "<error type>: <message>"
 	Saga     saga.State `json:"saga"`
 }
 
@@ -68,6 +69,10 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 	res := Result{OrderID: o.ID, Status: StatusCompleted}
 	compensate := func(cause error) (Result, error) {
 		res.Status, res.Reason = StatusCompensated, cause.Error()
+		var appErr *temporal.ApplicationError
+		if errors.As(cause, &appErr) {
+			res.Reason = appErr.Type() + ": " + appErr.Message()
+		}
 		err := s.Compensate(ctx)
 		res.Saga = s.State()
 		return res, err

@@ -1,0 +1,485 @@
+// Package demo runs the payment sample end to end: the Temporal dev server (or a given one),
+// Postgres, two fakepay processes (the payment provider and the carrier), the worker as a
+// process of its own, and N orders with a mix of failures, including SIGKILLed workers. It ends
+// with a summary read from the providers' ledgers and the database, never from logs.
+package demo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/samples/payment"
+	"github.com/tempotent/tempotent/worker/setup"
+)
+
+// Mix is the share of orders that meet each failure, and how often the worker is killed.
+type Mix struct {
+	Declines        float64 // the card is declined: the saga compensates
+	ProviderErrors  float64 // the provider answers 500 twice before charging
+	LostResponses   float64 // the provider charges, then the connection drops before it answers
+	CarrierRefusals float64 // the carrier refuses the address: refund and release
+	WorkerRestarts  int     // times the worker process is SIGKILLed and started again
+}
+
+// MixDefault is what make demo runs.
+var MixDefault = Mix{Declines: 0.1, ProviderErrors: 0.2, LostResponses: 0.1, CarrierRefusals: 0.1, WorkerRestarts: 2}
+
+// Options configures a run. Zero values take defaults.
+type Options struct {
+	Orders int // default 50
+	Mix    Mix
+	Seed   uint64
+	// Setup is the configuration of Temporal and Postgres; zero starts them locally.
+	Setup setup.Config
+	// Dir holds the run's binaries, fakepay state and logs; default .tmp/demo.
+	Dir string
+	// Out receives the progress bar and the summary; default os.Stdout.
+	Out io.Writer
+	// Timeout bounds the whole run; default 10 minutes.
+	Timeout time.Duration
+}
+
+// Summary is what the run did, counted at the providers and in the database.
+type Summary struct {
+	Orders, Completed, Compensated, Unresolved int
+	Charges, Refunds                           int
+	Shipments, Cancellations                   int
+	DuplicateCharges                           int // charges beyond the first for one order
+	MissedRefunds                              int // charges of compensated orders left unrefunded
+	StuckReceipts                              int // receipts of this run still pending
+	WorkerRestarts                             int
+	CompensatedBecause                         map[string]int // error type of the failed step
+	P50, P95                                   time.Duration
+	TemporalUI                                 string
+}
+
+// OK reports whether the three invariants hold.
+func (s Summary) OK() bool {
+	return s.DuplicateCharges == 0 && s.MissedRefunds == 0 && s.StuckReceipts == 0 && s.Unresolved == 0
+}
+
+// Run runs the demo and returns its summary.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	o.Orders = cmp.Or(o.Orders, 50)
+	o.Dir = cmp.Or(o.Dir, filepath.Join(".tmp", "demo"))
+	o.Timeout = cmp.Or(o.Timeout, 10*time.Minute)
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	runID := time.Now().UTC().Format("20060102-150405")
+	dir, err := filepath.Abs(filepath.Join(o.Dir, runID))
+	if err != nil {
+		return Summary{}, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Summary{}, err
+	}
+
+	cfg := o.Setup
+	cfg.Migrate = true
+	cfg.TaskQueue = "demo-" + runID
+	cfg.LogLevel = cmp.Or(cfg.LogLevel, "warn")
+	env, err := setup.Start(ctx, cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer env.Close()
+	if err := payment.Migrate(ctx, env.Pool); err != nil {
+		return Summary{}, err
+	}
+	started := time.Now()
+	if env.TemporalUI != "" {
+		fmt.Fprintf(o.Out, "Temporal Web UI: %s\n", env.TemporalUI)
+	}
+
+	fmt.Fprintf(o.Out, "building the worker and fakepay into %s\n", dir)
+	bins, err := build(ctx, dir)
+	if err != nil {
+		return Summary{}, err
+	}
+	payments, err := startFakepay(ctx, bins.fakepay, filepath.Join(dir, "payments"))
+	if err != nil {
+		return Summary{}, err
+	}
+	defer payments.stop()
+	carrier, err := startFakepay(ctx, bins.fakepay, filepath.Join(dir, "carrier"))
+	if err != nil {
+		return Summary{}, err
+	}
+	defer carrier.stop()
+
+	w := &workerProc{bin: bins.worker, log: filepath.Join(dir, "worker.log"), env: []string{
+		"TEMPORAL_ADDRESS=" + env.Config.TemporalAddress,
+		"TEMPORAL_NAMESPACE=" + env.Config.Namespace,
+		"DATABASE_URL=" + env.Pool.Config().ConnString(),
+		"TEMPOTENT_SCHEMA=" + env.Config.Schema,
+		"TEMPOTENT_TASK_QUEUE=" + cfg.TaskQueue,
+		"TEMPOTENT_LOG_LEVEL=warn",
+		"FAKEPAY_URL=" + payments.url,
+		"CARRIER_URL=" + carrier.url,
+	}}
+	if err := w.start(); err != nil {
+		return Summary{}, err
+	}
+	defer w.stop()
+
+	orders := makeOrders(runID, o.Orders, o.Mix, o.Seed)
+	results, latencies, restarts := runOrders(ctx, env.Client, cfg.TaskQueue, orders, o.Mix.WorkerRestarts, w, o.Out)
+
+	sum := Summary{Orders: len(orders), WorkerRestarts: restarts, TemporalUI: env.TemporalUI, CompensatedBecause: map[string]int{}}
+	compensated := map[string]bool{}
+	for id, r := range results {
+		switch r.Status {
+		case payment.StatusCompleted:
+			sum.Completed++
+		case payment.StatusCompensated:
+			sum.Compensated++
+			compensated[id] = true
+			sum.CompensatedBecause[errorType(r.Reason)]++
+		default:
+			sum.Unresolved++
+		}
+	}
+	if err := sum.countLedgers(ctx, payments.url, carrier.url, compensated, ordersByID(orders)); err != nil {
+		return sum, err
+	}
+	if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM "+env.Config.Schema+".receipts WHERE state = 'pending' AND created_at >= $1",
+		started).Scan(&sum.StuckReceipts); err != nil {
+		return sum, fmt.Errorf("count stuck receipts: %w", err)
+	}
+	sum.P50, sum.P95 = percentile(latencies, 0.50), percentile(latencies, 0.95)
+	sum.print(o.Out)
+	return sum, nil
+}
+
+// errorType is the error type at the head of a Result.Reason.
+func errorType(reason string) string {
+	t, _, _ := strings.Cut(reason, ":")
+	return t
+}
+
+func ordersByID(orders []payment.Order) map[string]bool {
+	m := map[string]bool{}
+	for _, o := range orders {
+		m[o.ID] = true
+	}
+	return m
+}
+
+func (s *Summary) countLedgers(ctx context.Context, paymentsURL, carrierURL string, compensated, ours map[string]bool) error {
+	pl, err := fakepay.NewClient(paymentsURL).Ledger(ctx)
+	if err != nil {
+		return fmt.Errorf("read the payment provider's ledger: %w", err)
+	}
+	perOrder := map[string]int{}
+	for _, c := range pl.Charges {
+		if !ours[c.Description] {
+			continue
+		}
+		s.Charges++
+		perOrder[c.Description]++
+		if compensated[c.Description] && !c.Refunded {
+			s.MissedRefunds++
+		}
+	}
+	for _, n := range perOrder {
+		s.DuplicateCharges += max(n-1, 0)
+	}
+	s.Refunds = len(pl.Refunds)
+	cl, err := fakepay.NewClient(carrierURL).Ledger(ctx)
+	if err != nil {
+		return fmt.Errorf("read the carrier's ledger: %w", err)
+	}
+	s.Shipments, s.Cancellations = len(cl.Charges), len(cl.Refunds)
+	return nil
+}
+
+func (s Summary) print(out io.Writer) {
+	mark := func(n int) string {
+		if n == 0 {
+			return fmt.Sprintf("%d", n)
+		}
+		return fmt.Sprintf("%d  <-- must be 0", n)
+	}
+	rows := [][2]string{
+		{"orders", fmt.Sprint(s.Orders)},
+		{"completed", fmt.Sprint(s.Completed)},
+		{"compensated", fmt.Sprint(s.Compensated)},
+		{"unresolved", mark(s.Unresolved)},
+		{"charges", fmt.Sprint(s.Charges)},
+		{"refunds", fmt.Sprint(s.Refunds)},
+		{"shipments / cancelled", fmt.Sprintf("%d / %d", s.Shipments, s.Cancellations)},
+		{"worker restarts (SIGKILL)", fmt.Sprint(s.WorkerRestarts)},
+		{"DUPLICATE CHARGES", mark(s.DuplicateCharges)},
+		{"MISSED REFUNDS", mark(s.MissedRefunds)},
+		{"STUCK RECEIPTS", mark(s.StuckReceipts)},
+		{"saga latency p50 / p95", fmt.Sprintf("%v / %v", s.P50.Round(time.Millisecond), s.P95.Round(time.Millisecond))},
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "+---------------------------+----------------------+")
+	for _, r := range rows {
+		fmt.Fprintf(out, "| %-25s | %-20s |\n", r[0], r[1])
+	}
+	fmt.Fprintln(out, "+---------------------------+----------------------+")
+	for _, why := range slices.Sorted(maps.Keys(s.CompensatedBecause)) {
+		fmt.Fprintf(out, "  compensated because of %s: %d\n", why, s.CompensatedBecause[why])
+	}
+	if s.TemporalUI != "" {
+		fmt.Fprintf(out, "Temporal Web UI (while the demo runs): %s\n", s.TemporalUI)
+	}
+}
+
+// makeOrders makes n orders with the mix's failures in exact proportions (rounded), in an
+// order shuffled by seed.
+func makeOrders(runID string, n int, mix Mix, seed uint64) []payment.Order {
+	rng := rand.New(rand.NewPCG(seed, 0x7e3907e47))
+	kinds := make([]string, n)
+	next := 0
+	for _, k := range []struct {
+		name  string
+		share float64
+	}{{"decline", mix.Declines}, {"5xx", mix.ProviderErrors}, {"lost", mix.LostResponses}, {"refusal", mix.CarrierRefusals}} {
+		for c := int(k.share*float64(n) + 0.5); c > 0 && next < n; c-- {
+			kinds[next] = k.name
+			next++
+		}
+	}
+	rng.Shuffle(n, func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	orders := make([]payment.Order, n)
+	for i := range orders {
+		o := payment.Order{ID: fmt.Sprintf("order-%s-%03d", runID, i), Amount: 500 + int64(rng.IntN(20000)), Currency: "eur",
+			Card: "tok_visa", SKU: "widget", Units: 1 + rng.IntN(3), Address: "1 Main St"}
+		switch kinds[i] {
+		case "decline":
+			o.Card = "tok_chargeDeclined"
+		case "5xx":
+			o.ChargeFaults = "fail_500=2"
+		case "lost":
+			o.ChargeFaults = "drop=1"
+		case "refusal":
+			o.Address = "nowhere"
+		}
+		orders[i] = o
+	}
+	return orders
+}
+
+// runOrders starts every order's saga, kills and restarts the worker `restarts` times spread
+// over the run, shows progress, and returns each order's result and latency.
+func runOrders(ctx context.Context, c client.Client, queue string, orders []payment.Order, restarts int, w *workerProc, out io.Writer) (map[string]payment.Result, []time.Duration, int) {
+	var (
+		mu        sync.Mutex
+		results   = map[string]payment.Result{}
+		latencies []time.Duration
+		done      atomic.Int32
+		wg        sync.WaitGroup
+	)
+	for _, o := range orders {
+		wg.Go(func() {
+			start := time.Now()
+			run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: o.ID, TaskQueue: queue}, "PaymentSaga", o)
+			var r payment.Result
+			if err == nil {
+				err = run.Get(ctx, &r)
+			}
+			if err != nil {
+				r = payment.Result{OrderID: o.ID, Status: "unresolved: " + err.Error()}
+			}
+			mu.Lock()
+			results[o.ID] = r
+			latencies = append(latencies, time.Since(start))
+			mu.Unlock()
+			done.Add(1)
+		})
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+
+	restarted, shown := 0, ""
+	show := func(n int) { // redraw only on change: the bar also goes to logs
+		if line := progressLine(n, len(orders), restarted, restarts); line != shown {
+			fmt.Fprint(out, "\r"+line)
+			shown = line
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := int(done.Load())
+		// Kill the worker when the run crosses each of `restarts` evenly spaced marks.
+		if restarted < restarts && n >= (restarted+1)*len(orders)/(restarts+2) {
+			w.kill()
+			restarted++
+			time.Sleep(500 * time.Millisecond)
+			if err := w.start(); err != nil {
+				fmt.Fprintln(out, "\nrestart the worker:", err)
+			}
+		}
+		show(n)
+		select {
+		case <-finished:
+			show(len(orders))
+			fmt.Fprintln(out)
+			return results, latencies, restarted
+		case <-ctx.Done():
+			fmt.Fprintln(out, "\ntimed out waiting for the sagas")
+			wg.Wait()
+			return results, latencies, restarted
+		case <-tick.C:
+		}
+	}
+}
+
+func progressLine(n, total, restarted, restarts int) string {
+	const width = 40
+	filled := width * n / max(total, 1)
+	return fmt.Sprintf("[%s%s] %d/%d sagas done, worker restarts %d/%d ", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total, restarted, restarts)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+type binaries struct{ worker, fakepay string }
+
+// build compiles the worker and fakepay, so that restarts are quick and kills hit the worker
+// itself rather than `go run`.
+func build(ctx context.Context, dir string) (binaries, error) {
+	b := binaries{worker: filepath.Join(dir, "worker"), fakepay: filepath.Join(dir, "fakepay")}
+	for out, pkg := range map[string]string{b.worker: "github.com/tempotent/tempotent/worker", b.fakepay: "github.com/tempotent/tempotent/downstream/fakepay/cmd/fakepay"} {
+		if msg, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %v: %s", pkg, err, msg)
+		}
+	}
+	return b, nil
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// startFakepay runs a fakepay process with its state in dir+".json" and waits until it listens.
+func startFakepay(ctx context.Context, bin, state string) (*proc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	logf, err := os.Create(state + ".log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-addr", addr, "-state", state+".json")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start fakepay: %w", err)
+	}
+	p := &proc{cmd: cmd, url: "http://" + addr}
+	if err := waitListening(ctx, addr); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("fakepay did not start (see %s.log): %w", state, err)
+	}
+	return p, nil
+}
+
+// workerProc is the worker process, which the demo kills and starts again.
+type workerProc struct {
+	bin, log string
+	env      []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func (w *workerProc) start() error {
+	logf, err := os.OpenFile(w.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(w.bin)
+	cmd.Env = append(os.Environ(), w.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the worker: %w", err)
+	}
+	w.mu.Lock()
+	w.cmd = cmd
+	w.mu.Unlock()
+	return nil
+}
+
+// kill sends SIGKILL: no chance to finish anything, as a crash.
+func (w *workerProc) kill() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd != nil {
+		_ = w.cmd.Process.Kill()
+		_ = w.cmd.Wait()
+		w.cmd = nil
+	}
+}
+
+// stop sends SIGTERM and waits for the graceful shutdown.
+func (w *workerProc) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd != nil {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		_ = w.cmd.Wait()
+		w.cmd = nil
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitListening(ctx context.Context, addr string) error {
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
