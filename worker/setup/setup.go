@@ -79,7 +79,7 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
-		return fmt.Errorf("Postgres at %s does not answer: %w. Check DATABASE_URL and that the server runs (or leave DATABASE_URL empty to use or start a local one)", redact(url), err)
+		return fmt.Errorf("postgres at %s does not answer: %w. Check DATABASE_URL and that the server runs (or leave DATABASE_URL empty to use or start a local one)", redact(url), err)
 	}
 	e.Store, err = activity.NewStore(pool, &activity.Config{Schema: cfg.Schema, Retention: cfg.Retention})
 	if err != nil {
@@ -93,10 +93,10 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	}
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{cfg.Schema, "receipts"}.Sanitize()).Scan(&exists); err != nil {
-		return fmt.Errorf("Postgres at %s: %w", redact(url), err)
+		return fmt.Errorf("postgres at %s: %w", redact(url), err)
 	}
 	if !exists {
-		return fmt.Errorf("Postgres at %s has no receipts table in schema %q: run the worker once with -migrate (TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool", redact(url), cfg.Schema)
+		return fmt.Errorf("postgres at %s has no receipts table in schema %q: run the worker once with -migrate (TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool", redact(url), cfg.Schema)
 	}
 	return nil
 }
@@ -116,7 +116,7 @@ func (e *Env) connectTemporal(ctx context.Context) error {
 	defer cancel()
 	c, err := client.DialContext(dialCtx, opts)
 	if err != nil {
-		return fmt.Errorf("Temporal at %s (namespace %q) does not answer: %w. Check TEMPORAL_ADDRESS, or leave it empty to start the dev server", cfg.TemporalAddress, cfg.Namespace, err)
+		return fmt.Errorf("temporal at %s (namespace %q) does not answer: %w. Check TEMPORAL_ADDRESS, or leave it empty to start the dev server", cfg.TemporalAddress, cfg.Namespace, err)
 	}
 	e.Client = c
 	e.closers = append(e.closers, c.Close)
