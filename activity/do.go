@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -175,7 +176,9 @@ func (s *Store) run(ctx context.Context, c Call, fence int64, unknown bool, obs 
 		}
 	}
 
+	failpoint.Hit(failpoint.AfterReserve)
 	p, err := fn(ctx)
+	failpoint.Hit(failpoint.AfterDownstream)
 	if err == nil {
 		err = s.checkSize(k, p)
 	}
@@ -189,6 +192,7 @@ func (s *Store) run(ctx context.Context, c Call, fence int64, unknown bool, obs 
 		}
 		return nil, ferr
 	}
+	failpoint.Hit(failpoint.AfterComplete)
 	return p, err
 }
 

@@ -32,12 +32,13 @@ type ChargeRequest struct {
 
 // Charge is a charge at the provider.
 type Charge struct {
-	ID       string `json:"id"`
-	Token    string `json:"token"` // the idempotency token it was made under
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Status   string `json:"status"` // "succeeded"
-	Refunded bool   `json:"refunded"`
+	ID          string `json:"id"`
+	Token       string `json:"token"` // the idempotency token it was made under
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Status      string `json:"status"` // "succeeded"
+	Refunded    bool   `json:"refunded"`
+	Description string `json:"description,omitempty"`
 }
 
 // Refund statuses beside the provider's own ("succeeded").

@@ -52,3 +52,17 @@ func WithCompensation(ctx workflow.Context, forward Key, name string) (workflow.
 	}
 	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k, compensates: forward.Token()}), k, nil
 }
+
+// ExplicitKey returns the key of a business intent named in workflow code — operation and id,
+// such as "charge" and "order-123" — in the workflow's namespace and tenant, with a context that
+// pins it on the activity scheduled with it (ScopeExplicit, chosen by the workflow). The same
+// operation and id from any workflow is the same intent: a second checkout of order 123 replays
+// the first one's charge. Malformed parts are an *InvalidKeyError, before anything is scheduled.
+func ExplicitKey(ctx workflow.Context, operation, id string) (workflow.Context, Key, error) {
+	info := workflow.GetInfo(ctx)
+	k := Key{Namespace: info.Namespace, Tenant: TenantFromWorkflow(ctx), Operation: operation, ID: id}
+	if err := k.Validate(); err != nil {
+		return ctx, Key{}, err
+	}
+	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k}), k, nil
+}

@@ -123,5 +123,5 @@ func (c *Client) do(ctx context.Context, method, path string, form url.Values, o
 
 func (c charge) public() downstream.Charge {
 	return downstream.Charge{ID: c.ID, Token: c.Metadata[downstream.TokenMetadataKey], Amount: c.Amount,
-		Currency: c.Currency, Status: c.Status, Refunded: c.Refunded}
+		Currency: c.Currency, Status: c.Status, Refunded: c.Refunded, Description: c.Description}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -55,6 +56,7 @@ type Server struct {
 	st       state
 	inFlight map[string]bool
 	faultN   map[string]int // "<fault>/<key>" → times applied
+	requests map[string]int // idempotency key → POSTs received since start
 }
 
 // state is what survives a restart when StatePath is set.
@@ -99,7 +101,7 @@ type entry struct {
 
 // New returns a Server, loading its state from cfg.StatePath when that file exists.
 func New(cfg *Config) (*Server, error) {
-	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, st: state{Keys: map[string]*entry{}}}
+	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, st: state{Keys: map[string]*entry{}}}
 	if cfg != nil {
 		s.cfg = *cfg
 	}
@@ -177,6 +179,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
+	s.requests[key]++
 	faults = s.st.Faults.merge(faults)
 	// Faults in front of the provider: nothing is executed or stored.
 	if faults.Fail500 > 0 && s.nth("fail_500", key) <= faults.Fail500 {
@@ -324,6 +327,9 @@ type Ledger struct {
 	ChargesByToken map[string]int `json:"charges_by_token"`
 	// RefundsByCharge counts refunds per charge: more than one is a duplicate refund.
 	RefundsByCharge map[string]int `json:"refunds_by_charge"`
+	// RequestsByKey counts the POSTs received per idempotency key since this process started,
+	// faulted and replayed ones included: how often a caller came back with the same key.
+	RequestsByKey map[string]int `json:"requests_by_key"`
 }
 
 // LedgerCharge is one charge in the ledger.
@@ -349,7 +355,7 @@ type LedgerRefund struct {
 func (s *Server) Ledger() Ledger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}}
+	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}, RequestsByKey: maps.Clone(s.requests)}
 	for _, c := range s.st.Charges {
 		tok := c.Metadata[downstream.TokenMetadataKey]
 		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})

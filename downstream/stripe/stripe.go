@@ -169,5 +169,5 @@ func classify(method, path string, err error) error {
 
 func public(ch *stripego.Charge) downstream.Charge {
 	return downstream.Charge{ID: ch.ID, Token: ch.Metadata[downstream.TokenMetadataKey], Amount: ch.Amount,
-		Currency: string(ch.Currency), Status: string(ch.Status), Refunded: ch.Refunded}
+		Currency: string(ch.Currency), Status: string(ch.Status), Refunded: ch.Refunded, Description: ch.Description}
 }

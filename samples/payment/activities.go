@@ -12,6 +12,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -48,7 +49,9 @@ func (a *Activities) Refund(ctx context.Context, o Order) (downstream.Refund, er
 	if !ok {
 		return downstream.Refund{}, errors.New("Refund must run as the compensation of a saga step")
 	}
-	return a.Payments.Refund(ctx, fwd)
+	r, err := a.Payments.Refund(ctx, fwd)
+	failpoint.Hit(failpoint.InCompensation)
+	return r, err
 }
 
 // CreateShipment books the parcel with the carrier. The carrier refuses the address "nowhere".
@@ -84,6 +87,7 @@ func InterceptorConfig() activity.InterceptorConfig {
 // activities write to Postgres in their receipt's transaction (activity.WrapTx).
 func Register(w worker.Worker, a *Activities, store *activity.Store) {
 	w.RegisterWorkflowWithOptions(PaymentSaga, workflow.RegisterOptions{Name: "PaymentSaga"})
+	w.RegisterWorkflowWithOptions(QuickCharge, workflow.RegisterOptions{Name: "QuickCharge"})
 	for name, fn := range map[string]any{
 		"Charge":           a.Charge,
 		"Refund":           a.Refund,

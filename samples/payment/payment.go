@@ -97,6 +97,25 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 	return res, nil
 }
 
+// QuickCharge charges an order under its business key ("charge", "order/<id>"): whichever
+// workflow charges the same order — a double-clicked checkout, a retried start — the provider
+// is called for it once, and every caller gets the same charge. A key part that is malformed
+// (say, a tenant with control bytes) fails the workflow with tempotent.InvalidKey before
+// anything is called.
+func QuickCharge(ctx workflow.Context, o Order) (downstream.Charge, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 3 * time.Second, MaximumAttempts: 20},
+	})
+	ctx, _, err := keys.ExplicitKey(ctx, "charge", "order/"+o.ID)
+	if err != nil {
+		return downstream.Charge{}, temporal.NewNonRetryableApplicationError(err.Error(), "tempotent.InvalidKey", err)
+	}
+	var ch downstream.Charge
+	err = workflow.ExecuteActivity(ctx, "Charge", o).Get(ctx, &ch)
+	return ch, err
+}
+
 // Schema is where the sample keeps its business tables.
 const Schema = "payment_sample"
 

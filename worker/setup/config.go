@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type Config struct {
 	// TEMPOTENT_RETENTION.
 	Schema    string
 	Retention time.Duration
+	// MaxPayloadBytes bounds a stored result (activity.Config.MaxPayloadBytes). Env
+	// TEMPOTENT_MAX_PAYLOAD_BYTES.
+	MaxPayloadBytes int
 	// Migrate applies the receipt store's migrations at start. Env TEMPOTENT_MIGRATE=1.
 	Migrate bool
 	// LogLevel is debug, info, warn or error. Env TEMPOTENT_LOG_LEVEL.
@@ -67,6 +71,14 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL"), "Postgres URL for the receipts; empty uses 127.0.0.1:5432 or a throwaway cluster (env DATABASE_URL)")
 	fs.StringVar(&c.Schema, "schema", cmp.Or(env("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
 	fs.Func("retention", "how long finished receipts are kept, e.g. 168h (env TEMPOTENT_RETENTION)", durationFlag(&c.Retention))
+	fs.Func("max-payload-bytes", "largest result a receipt stores (env TEMPOTENT_MAX_PAYLOAD_BYTES)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("not a positive number of bytes: %q", v)
+		}
+		c.MaxPayloadBytes = n
+		return nil
+	})
 	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply the receipt migrations at start (env TEMPOTENT_MIGRATE=1)")
 	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(env("TEMPOTENT_LOG_LEVEL"), "info"), "debug, info, warn or error (env TEMPOTENT_LOG_LEVEL)")
 	fs.Func("shutdown-grace", "how long running activities may finish after SIGINT/SIGTERM (env TEMPOTENT_SHUTDOWN_GRACE)", durationFlag(&c.ShutdownGrace))
@@ -74,7 +86,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(env("TEMPOTENT_DATA_DIR"), DataDirDefault), "folder for local mode's throwaway Postgres (env TEMPOTENT_DATA_DIR)")
 	// Environment values of the duration flags are parsed here so that a bad one is reported
 	// like a bad flag.
-	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE")} {
+	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE"), "max-payload-bytes": env("TEMPOTENT_MAX_PAYLOAD_BYTES")} {
 		if v != "" {
 			if err := fs.Set(name, v); err != nil {
 				c.envErrs = append(c.envErrs, fmt.Errorf("environment: %s=%q: %w", envName(name), v, err))

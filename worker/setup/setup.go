@@ -81,7 +81,7 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	if err := pool.Ping(pingCtx); err != nil {
 		return fmt.Errorf("postgres at %s does not answer: %w. Check DATABASE_URL and that the server runs (or leave DATABASE_URL empty to use or start a local one)", redact(url), err)
 	}
-	e.Store, err = activity.NewStore(pool, &activity.Config{Schema: cfg.Schema, Retention: cfg.Retention})
+	e.Store, err = activity.NewStore(pool, &activity.Config{Schema: cfg.Schema, Retention: cfg.Retention, MaxPayloadBytes: cfg.MaxPayloadBytes})
 	if err != nil {
 		return err
 	}
