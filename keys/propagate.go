@@ -46,8 +46,8 @@ type pinned struct {
 // WithTenant returns a context whose workflows and activities run under tenant: give it to
 // client.ExecuteWorkflow on a client whose ContextPropagators include TenantPropagator. The tenant
 // travels in Temporal headers to the workflow and every activity it schedules; it is never read
-// from an activity's input. It is validated where a key is derived (see ValidateTenant to check
-// it sooner).
+// from an activity's input. It is validated where it enters Temporal (TenantPropagator refuses
+// to start a workflow with a malformed tenant) and again where a key is derived.
 func WithTenant(ctx context.Context, tenant string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, tenant)
 }
@@ -81,9 +81,14 @@ func (tenantPropagator) InjectFromWorkflow(ctx workflow.Context, w workflow.Head
 	return injectTenant(TenantFromWorkflow(ctx), w)
 }
 
+// injectTenant validates the tenant where it enters Temporal: a header carries it as JSON, which
+// would turn invalid UTF-8 into U+FFFD, silently making it another tenant.
 func injectTenant(tenant string, w workflow.HeaderWriter) error {
 	if tenant == "" {
 		return nil
+	}
+	if err := ValidateTenant(tenant); err != nil {
+		return err
 	}
 	p, err := headerConverter.ToPayload(tenant)
 	if err != nil {
