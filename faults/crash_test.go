@@ -1,0 +1,84 @@
+package faults_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/samples/payment"
+)
+
+// Row 1: the worker is killed after the provider charged, before the receipt is completed.
+// The next attempt takes over once the lease ends, calls again with the same token, and the
+// provider answers with the first charge: one charge, and the saga sees it.
+func TestRow01KilledAfterChargeBeforeReceipt(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	first := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterDownstream + "=pause")
+	o := w.order("o")
+	run := w.saga(o)
+	first.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
+	require.Len(t, w.charges(o.ID), 1, "the provider had not charged when the worker stopped")
+	first.kill()
+
+	w.startWorker()
+	r := w.result(run)
+	require.Equal(t, payment.StatusCompleted, r.Status)
+	charges := w.charges(o.ID)
+	require.Len(t, charges, 1, "a second charge")
+	require.Equal(t, charges[0].ID, r.ChargeID, "the retry did not return the first charge")
+	require.Equal(t, 2, w.ledger().RequestsByKey[stepToken(r, "charge")], "the takeover did not call with the same key")
+	state, fence, _ := w.receipt("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, state)
+	require.Equal(t, int64(2), fence)
+	require.Zero(t, w.pending())
+}
+
+// Row 2: the worker is killed after the receipt was completed, before Temporal heard of it.
+// The retry replays the receipt: no provider call, and the result Temporal records is the
+// stored payload, byte for byte.
+func TestRow02KilledAfterReceiptBeforeReport(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	first := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterComplete + "=pause")
+	o := w.order("o")
+	run := w.saga(o)
+	first.waitFor("failpoint "+failpoint.AfterComplete+" reached", 30*time.Second)
+	first.kill()
+
+	w.startWorker()
+	r := w.result(run)
+	require.Equal(t, payment.StatusCompleted, r.Status)
+	require.Len(t, w.charges(o.ID), 1)
+	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(r, "charge")], "the replay called the provider")
+
+	_, _, stored := w.receipt("charge", "/charge#1")
+	require.NotNil(t, stored)
+	reported := activityResult(t, w, run, "Charge")
+	require.Equal(t, stored.GetData(), reported.GetData(), "the replayed result is not the stored payload")
+	require.Equal(t, stored.GetMetadata(), reported.GetMetadata())
+	require.Zero(t, w.pending())
+}
+
+// Row 3: the worker is killed after the receipt was reserved, before the provider call. The
+// next attempt takes over once the lease ends: one charge, nothing wedged.
+func TestRow03KilledAfterReserveBeforeCall(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	first := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterReserve + "=pause")
+	o := w.order("o")
+	run := w.saga(o)
+	first.waitFor("failpoint "+failpoint.AfterReserve+" reached", 30*time.Second)
+	require.Empty(t, w.charges(o.ID))
+	first.kill()
+
+	w.startWorker()
+	r := w.result(run)
+	require.Equal(t, payment.StatusCompleted, r.Status)
+	require.Len(t, w.charges(o.ID), 1)
+	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(r, "charge")])
+	state, fence, _ := w.receipt("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, state)
+	require.Equal(t, int64(2), fence, "the second attempt did not take over")
+	require.Zero(t, w.pending())
+}

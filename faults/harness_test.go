@@ -1,0 +1,411 @@
+package faults_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/samples/payment"
+)
+
+// The binaries and the shared dev server of the test binary.
+var (
+	workerBin, fakepayBin, temporalBin string
+	shared                             *temporalServer
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "tempotent-faults-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	temporalBin, err = filepath.Abs("../bin/temporal")
+	if err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(temporalBin); err != nil {
+		return 0, fmt.Errorf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", temporalBin)
+	}
+	workerBin, fakepayBin = filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
+	for out, pkg := range map[string]string{workerBin: "../worker", fakepayBin: "../downstream/fakepay/cmd/fakepay"} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build %s: %v: %s", pkg, err, msg)
+		}
+	}
+	pool, err := pgxpool.New(context.Background(), pgtest.URL())
+	if err != nil {
+		return 0, err
+	}
+	err = payment.Migrate(context.Background(), pool)
+	pool.Close()
+	if err != nil {
+		return 0, err
+	}
+	shared, err = startTemporal(filepath.Join(dir, "temporal.db"), 0)
+	if err != nil {
+		return 0, err
+	}
+	defer shared.kill()
+	return m.Run(), nil
+}
+
+// temporalServer is a `temporal server start-dev` process with its database in a file, so it
+// can be SIGKILLed and started again on the same port with its workflows intact.
+type temporalServer struct {
+	cmd    *exec.Cmd
+	addr   string
+	dbFile string
+	client client.Client
+}
+
+func startTemporal(dbFile string, port int) (*temporalServer, error) {
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	s := &temporalServer{addr: fmt.Sprintf("127.0.0.1:%d", port), dbFile: dbFile}
+	s.cmd = exec.Command(temporalBin, "server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(port),
+		"--headless", "--db-filename", dbFile, "--log-level", "error",
+		"--dynamic-config-value", "frontend.enableServerVersionCheck=false")
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := client.Dial(client.Options{
+			HostPort:           s.addr,
+			Logger:             tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+			ContextPropagators: []workflow.ContextPropagator{keys.TenantPropagator()},
+		})
+		if err == nil {
+			if _, err = c.CheckHealth(context.Background(), nil); err == nil {
+				s.client = c
+				return s, nil
+			}
+			c.Close()
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, fmt.Errorf("temporal dev server on %s did not start: %w", s.addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (s *temporalServer) kill() {
+	if s.client != nil {
+		s.client.Close()
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// world is one test's set-up: a task queue, a receipts schema, two fakepay processes (payment
+// provider and carrier) and the worker processes it starts.
+type world struct {
+	t        *testing.T
+	temporal *temporalServer
+	queue    string
+	schema   string
+	dbURL    string
+	payments *process
+	carrier  *process
+	workers  []*workerProc
+	dir      string
+}
+
+type worldOptions struct {
+	dbURL    string          // default pgtest.URL()
+	temporal *temporalServer // default the shared one
+}
+
+func newWorld(t *testing.T, o worldOptions) *world {
+	t.Helper()
+	w := &world{t: t, temporal: cmpOr(o.temporal, shared), dbURL: o.dbURL, dir: t.TempDir()}
+	if w.dbURL == "" {
+		w.dbURL = pgtest.URL()
+		w.schema = pgtest.Schema(t)
+	} else {
+		w.schema = "tempotent"
+	}
+	w.queue = "faults-" + strings.ReplaceAll(t.Name(), "/", "-") + fmt.Sprint(time.Now().UnixNano())
+	w.payments = startFakepay(t, filepath.Join(w.dir, "payments"))
+	w.carrier = startFakepay(t, filepath.Join(w.dir, "carrier"))
+	return w
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// startWorker starts a worker process; extra are environment assignments such as a failpoint.
+func (w *world) startWorker(extra ...string) *workerProc {
+	w.t.Helper()
+	url := w.dbURL
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	url += sep + "application_name=tempotent-worker-" + w.schema
+	p := &workerProc{t: w.t, lines: make(chan string, 1000)}
+	p.cmd = exec.Command(workerBin)
+	p.cmd.Env = append(os.Environ(),
+		"TEMPORAL_ADDRESS="+w.temporal.addr,
+		"DATABASE_URL="+url,
+		"TEMPOTENT_SCHEMA="+w.schema,
+		"TEMPOTENT_MIGRATE=1",
+		"TEMPOTENT_TASK_QUEUE="+w.queue,
+		"TEMPOTENT_LOG_LEVEL=info",
+		"TEMPOTENT_SHUTDOWN_GRACE=2s",
+		"FAKEPAY_URL="+w.payments.url,
+		"CARRIER_URL="+w.carrier.url,
+	)
+	p.cmd.Env = append(p.cmd.Env, extra...)
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(w.t, err)
+	p.cmd.Stdout = io.Discard
+	require.NoError(w.t, p.cmd.Start())
+	go func() {
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			select {
+			case p.lines <- s.Text():
+			default: // nobody is waiting for lines this old
+			}
+		}
+	}()
+	p.waitFor("worker running", 30*time.Second)
+	w.workers = append(w.workers, p)
+	w.t.Cleanup(p.kill)
+	return p
+}
+
+type workerProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines chan string
+	once  sync.Once
+}
+
+// waitFor waits until the worker writes a line containing s.
+func (p *workerProc) waitFor(s string, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line := <-p.lines:
+			if strings.Contains(line, s) {
+				return
+			}
+		case <-deadline:
+			p.t.Fatalf("the worker did not write %q within %v", s, timeout)
+		}
+	}
+}
+
+// kill sends SIGKILL: the process gets no chance to finish or record anything.
+func (p *workerProc) kill() {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	})
+}
+
+func (p *workerProc) signal(sig syscall.Signal) { require.NoError(p.t, p.cmd.Process.Signal(sig)) }
+
+type process struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// startFakepay runs fakepay as its own process, its ledger in state+".json".
+func startFakepay(t *testing.T, state string) *process {
+	t.Helper()
+	port, err := freePort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(fakepayBin, "-addr", addr, "-state", state+".json")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.NoError(t, waitListening(addr, 10*time.Second))
+	return &process{cmd: cmd, url: "http://" + addr}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitListening(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// order returns an order with an ID unique to the test.
+func (w *world) order(name string) payment.Order {
+	return payment.Order{ID: w.queue + "-" + name, Amount: 4200, Currency: "eur", Card: "tok_visa", SKU: "widget", Units: 1, Address: "1 Main St"}
+}
+
+// saga starts the order's PaymentSaga.
+func (w *world) saga(o payment.Order) client.WorkflowRun {
+	w.t.Helper()
+	run, err := w.temporal.client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: o.ID, TaskQueue: w.queue}, "PaymentSaga", o)
+	require.NoError(w.t, err)
+	return run
+}
+
+// result waits for a saga's result.
+func (w *world) result(run client.WorkflowRun) payment.Result {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var r payment.Result
+	require.NoError(w.t, run.Get(ctx, &r), "saga %s", run.GetID())
+	return r
+}
+
+func (w *world) ledger() fakepay.Ledger        { return ledgerOf(w.t, w.payments.url) }
+func (w *world) carrierLedger() fakepay.Ledger { return ledgerOf(w.t, w.carrier.url) }
+
+func ledgerOf(t *testing.T, url string) fakepay.Ledger {
+	t.Helper()
+	l, err := fakepay.NewClient(url).Ledger(context.Background())
+	require.NoError(t, err)
+	return l
+}
+
+// charges returns the payment provider's charges for an order.
+func (w *world) charges(orderID string) []fakepay.LedgerCharge {
+	var out []fakepay.LedgerCharge
+	for _, c := range w.ledger().Charges {
+		if c.Description == orderID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// refunds counts the refunds of an order's charges.
+func (w *world) refunds(orderID string) int {
+	l := w.ledger()
+	n := 0
+	for _, c := range l.Charges {
+		if c.Description == orderID {
+			n += l.RefundsByCharge[c.ID]
+		}
+	}
+	return n
+}
+
+func (w *world) db() *pgxpool.Pool {
+	if w.dbURL == pgtest.URL() {
+		return pgtest.Pool(w.t)
+	}
+	pool, err := pgxpool.New(context.Background(), w.dbURL)
+	require.NoError(w.t, err)
+	w.t.Cleanup(pool.Close)
+	return pool
+}
+
+// pending counts receipts left pending.
+func (w *world) pending() int {
+	var n int
+	require.NoError(w.t, w.db().QueryRow(context.Background(), "SELECT count(*) FROM "+w.schema+".receipts WHERE state = 'pending'").Scan(&n))
+	return n
+}
+
+// receipt returns the state, fence and stored payload of the receipt with operation op whose
+// id ends with suffix.
+func (w *world) receipt(op, idSuffix string) (state string, fence int64, payload *commonpb.Payload) {
+	w.t.Helper()
+	var raw []byte
+	require.NoError(w.t, w.db().QueryRow(context.Background(),
+		"SELECT state, fence, result FROM "+w.schema+".receipts WHERE operation = $1 AND id LIKE '%' || $2",
+		op, idSuffix).Scan(&state, &fence, &raw))
+	if raw != nil {
+		payload = new(commonpb.Payload)
+		require.NoError(w.t, proto.Unmarshal(raw, payload))
+	}
+	return state, fence, payload
+}
+
+// stepToken is the provider-facing token of a saga step, from the saga's own record.
+func stepToken(r payment.Result, step string) string {
+	for _, s := range r.Saga.Steps {
+		if s.Name == step {
+			return s.Token
+		}
+	}
+	return ""
+}
+
+// activityResult returns the result payload that Temporal recorded for the first completed
+// activity of type activityType in the run's history.
+func activityResult(t *testing.T, w *world, run client.WorkflowRun, activityType string) *commonpb.Payload {
+	t.Helper()
+	scheduled := map[int64]string{}
+	iter := w.temporal.client.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] == activityType {
+			return a.GetResult().GetPayloads()[0]
+		}
+	}
+	t.Fatalf("no completed %s activity in %s", activityType, run.GetID())
+	return nil
+}
