@@ -141,7 +141,8 @@ type world struct {
 	temporal *temporalServer
 	queue    string
 	schema   string
-	dbURL    string
+	dbURL    string // where the test reads the receipts and the sample's tables
+	workerDB string // where workers connect, when not dbURL (through a proxy)
 	payments *process
 	carrier  *process
 	workers  []*workerProc
@@ -179,7 +180,7 @@ func cmpOr[T comparable](v, def T) T {
 // startWorker starts a worker process; extra are environment assignments such as a failpoint.
 func (w *world) startWorker(extra ...string) *workerProc {
 	w.t.Helper()
-	url := w.dbURL
+	url := cmpOr(w.workerDB, w.dbURL)
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
