@@ -10,7 +10,7 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
 TEMPORAL_CLI_VERSION := v1.5.1
 
-.PHONY: help demo test vet lint bench fuzz histories fakepay
+.PHONY: help demo test vet lint bench fuzz histories fakepay chaos
 
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ fuzz: ## Fuzz the canonical JSON form for a minute.
 bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to build the first time).
 	@mkdir -p $(BIN)
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+chaos: bin/temporal ## FAULTS.md rows 1-7, 10-13 and 18 at random over N sagas (N=50), ending with FAULTS.md's table.
+	TEMPOTENT_CHAOS_N=$(N) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 60m ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
 
 fakepay: ## Run the fake payment provider on 127.0.0.1:8420, its ledger kept in .tmp/fakepay.json.
 	@mkdir -p .tmp

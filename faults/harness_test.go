@@ -147,6 +147,7 @@ type world struct {
 	carrier  *process
 	workers  []*workerProc
 	dir      string
+	pool     *pgxpool.Pool // on dbURL, when it is not pgtest's
 }
 
 type worldOptions struct {
@@ -353,10 +354,13 @@ func (w *world) db() *pgxpool.Pool {
 	if w.dbURL == pgtest.URL() {
 		return pgtest.Pool(w.t)
 	}
-	pool, err := pgxpool.New(context.Background(), w.dbURL)
-	require.NoError(w.t, err)
-	w.t.Cleanup(pool.Close)
-	return pool
+	if w.pool == nil {
+		pool, err := pgxpool.New(context.Background(), w.dbURL)
+		require.NoError(w.t, err)
+		w.t.Cleanup(pool.Close)
+		w.pool = pool
+	}
+	return w.pool
 }
 
 // pending counts receipts left pending.
