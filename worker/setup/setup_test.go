@@ -1,0 +1,53 @@
+package setup_test
+
+import (
+	"context"
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/worker/setup"
+)
+
+func TestStartSaysWhatIsWrong(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		cfg  setup.Config
+		want []string
+	}{
+		"BadDatabaseURL": {setup.Config{DatabaseURL: "not a url"}, []string{"DATABASE_URL", "is not a Postgres connection string", "postgres://"}},
+		"BadValues": {setup.Config{LogLevel: "loud", Retention: time.Minute, TaskQueue: "a queue"},
+			[]string{`log level "loud"`, "retention 1m0s is shorter than an hour", `task queue "a queue" contains white space`}},
+		"UnreachablePostgres": {setup.Config{DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres"}, []string{"does not answer", "Check DATABASE_URL"}},
+		"Unmigrated": {setup.Config{DatabaseURL: pgtest.URL(), Schema: "tempotent_never_migrated"}, []string{"no receipts table", "-migrate"}},
+		"UnreachableTemporal": {setup.Config{DatabaseURL: pgtest.URL(), Schema: pgtest.Schema(t), Migrate: true, TemporalAddress: "127.0.0.1:1"},
+			[]string{"temporal at 127.0.0.1:1", "does not answer", "TEMPORAL_ADDRESS"}},
+		"NoTemporalCLI": {setup.Config{DatabaseURL: pgtest.URL(), Schema: pgtest.Schema(t), Migrate: true, TemporalCLI: "/nonexistent/temporal"},
+			[]string{"Temporal CLI is not at /nonexistent/temporal", "make bin/temporal"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env, err := setup.Start(ctx, tc.cfg)
+			require.Nil(t, env)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+func TestBindReadsTheEnvironmentAndFlagsWin(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "temporal.internal:7233")
+	t.Setenv("TEMPOTENT_RETENTION", "240h")
+	t.Setenv("TEMPOTENT_SHUTDOWN_GRACE", "soon")
+	var cfg setup.Config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.Bind(fs)
+	require.NoError(t, fs.Parse([]string{"-namespace", "payments"}))
+	require.Equal(t, "temporal.internal:7233", cfg.TemporalAddress)
+	require.Equal(t, "payments", cfg.Namespace)
+	require.Equal(t, 240*time.Hour, cfg.Retention)
+	require.ErrorContains(t, cfg.WithDefaults().Validate(), `TEMPOTENT_SHUTDOWN_GRACE="soon"`)
+}
