@@ -69,12 +69,11 @@ func TestRow18TemporalServerKilled(t *testing.T) {
 	w.startWorker()
 
 	var orders []payment.Order
-	var ids []string
 	for i := range 4 {
 		o := w.order(string(rune('a' + i)))
 		o.ChargeFaults = "slow=2s"
 		w.saga(o)
-		orders, ids = append(orders, o), append(ids, o.ID)
+		orders = append(orders, o)
 	}
 	time.Sleep(time.Second)
 	server.kill() // SIGKILL, as the test's cleanup would

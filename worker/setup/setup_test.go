@@ -22,7 +22,7 @@ func TestStartSaysWhatIsWrong(t *testing.T) {
 		"BadValues": {setup.Config{LogLevel: "loud", Retention: time.Minute, TaskQueue: "a queue"},
 			[]string{`log level "loud"`, "retention 1m0s is shorter than an hour", `task queue "a queue" contains white space`}},
 		"UnreachablePostgres": {setup.Config{DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres"}, []string{"does not answer", "Check DATABASE_URL"}},
-		"Unmigrated": {setup.Config{DatabaseURL: pgtest.URL(), Schema: "tempotent_never_migrated"}, []string{"no receipts table", "-migrate"}},
+		"Unmigrated":          {setup.Config{DatabaseURL: pgtest.URL(), Schema: "tempotent_never_migrated"}, []string{"no receipts table", "-migrate"}},
 		"UnreachableTemporal": {setup.Config{DatabaseURL: pgtest.URL(), Schema: pgtest.Schema(t), Migrate: true, TemporalAddress: "127.0.0.1:1"},
 			[]string{"temporal at 127.0.0.1:1", "does not answer", "TEMPORAL_ADDRESS"}},
 		"NoTemporalCLI": {setup.Config{DatabaseURL: pgtest.URL(), Schema: pgtest.Schema(t), Migrate: true, TemporalCLI: "/nonexistent/temporal"},
