@@ -61,16 +61,7 @@ func TestConformance(t *testing.T) {
 				ft.mu.Unlock()
 			},
 			Charges: func(tok keys.Token) int { return srv.Ledger().ChargesByToken[tok.String()] },
-			Refunds: func(tok keys.Token) int {
-				l := srv.Ledger()
-				n := 0
-				for _, c := range l.Charges {
-					if c.Token == tok.String() {
-						n += l.RefundsByCharge[c.ID]
-					}
-				}
-				return n
-			},
+			Refunds: func(tok keys.Token) int { return srv.Ledger().RefundsOfToken(tok.String()) },
 		}
 	})
 }

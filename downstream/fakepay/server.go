@@ -351,6 +351,17 @@ type LedgerRefund struct {
 	Amount int64  `json:"amount"`
 }
 
+// RefundsOfToken counts the refunds of the charges made under a tempotent token.
+func (l Ledger) RefundsOfToken(token string) int {
+	n := 0
+	for _, c := range l.Charges {
+		if c.Token == token {
+			n += l.RefundsByCharge[c.ID]
+		}
+	}
+	return n
+}
+
 // Ledger returns a copy of the ledger.
 func (s *Server) Ledger() Ledger {
 	s.mu.Lock()
