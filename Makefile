@@ -19,6 +19,7 @@ help: ## List the targets.
 NESTED := downstream/stripe
 
 N ?= 50
+CHAOS_TIMEOUT ?= 60m
 
 demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, worker, N orders (N=50), summary.
 	$(GO) run ./samples/payment/cmd/demo -orders $(N)
@@ -51,7 +52,7 @@ bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to bui
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
 chaos: bin/temporal ## FAULTS.md rows 1-7, 10-13 and 18 at random over N sagas (N=50), ending with FAULTS.md's table.
-	TEMPOTENT_CHAOS_N=$(N) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 60m ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
+	TEMPOTENT_CHAOS_N=$(N) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
 
 fakepay: ## Run the fake payment provider on 127.0.0.1:8420, its ledger kept in .tmp/fakepay.json.
 	@mkdir -p .tmp

@@ -131,12 +131,17 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
+	// Every saga must be resolved before the test's own deadline (go test -timeout).
+	waitUntil := time.Now().Add(time.Hour)
+	if d, ok := t.Deadline(); ok {
+		waitUntil = d.Add(-time.Minute)
+	}
 	var unresolved atomic.Int64
 	results := make([]payment.Result, n)
 	var rw sync.WaitGroup
 	for i, o := range orders {
 		rw.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			ctx, cancel := context.WithDeadline(context.Background(), waitUntil)
 			defer cancel()
 			for {
 				err := server.client.GetWorkflow(ctx, o.ID, "").Get(ctx, &results[i])
