@@ -160,19 +160,18 @@ func (s *Store) run(ctx context.Context, c Call, fence int64, unknown bool, obs 
 
 	if unknown && !c.DownstreamDeduplicates {
 		if c.Reconcile == nil {
-			err := &OutcomeUnknownError{Key: k, Token: token}
-			return nil, s.finish(ctx, c, fence, nil, err, obs)
+			return settle(nil, s.finish(ctx, c, fence, nil, &OutcomeUnknownError{Key: k, Token: token}, obs))
 		}
 		result, found, err := c.Reconcile(ctx, token)
 		if err != nil {
-			return nil, s.finish(ctx, c, fence, nil, fmt.Errorf("reconcile token %s: %w", token, err), obs)
+			return settle(nil, s.finish(ctx, c, fence, nil, fmt.Errorf("reconcile token %s: %w", token, err), obs))
 		}
 		if found {
 			p, err := s.encode(k, result)
 			if err != nil {
-				return nil, s.finish(ctx, c, fence, nil, err, obs)
+				return settle(nil, s.finish(ctx, c, fence, nil, err, obs))
 			}
-			return p, s.finish(ctx, c, fence, p, nil, obs)
+			return settle(p, s.finish(ctx, c, fence, p, nil, obs))
 		}
 	}
 
@@ -185,15 +184,22 @@ func (s *Store) run(ctx context.Context, c Call, fence int64, unknown bool, obs 
 	if err != nil {
 		p = nil
 	}
-	if ferr := s.finish(ctx, c, fence, p, err, obs); ferr != nil {
-		var fenced *fencedOut
-		if errors.As(ferr, &fenced) && fenced.recorded != nil {
-			return fenced.recorded.payload, fenced.recorded.err
-		}
-		return nil, ferr
-	}
+	p, err = settle(p, s.finish(ctx, c, fence, p, err, obs))
 	failpoint.Hit(failpoint.AfterComplete)
 	return p, err
+}
+
+// settle turns finish's answer into the attempt's outcome: p when finish recorded success (nil
+// error), what the newer attempt recorded when this one was fenced out, else the error.
+func settle(p *commonpb.Payload, finishErr error) (*commonpb.Payload, error) {
+	var fenced *fencedOut
+	switch {
+	case finishErr == nil:
+		return p, nil
+	case errors.As(finishErr, &fenced):
+		return fenced.recorded.payload, fenced.recorded.err
+	}
+	return nil, finishErr
 }
 
 // finish records the outcome of an attempt that holds fence and returns err, or the error that
@@ -249,7 +255,7 @@ type recorded struct {
 }
 
 // fencedOut carries what the newer attempt recorded back to run, which returns it as this
-// attempt's outcome.
+// attempt's outcome. finish returns it only with recorded set.
 type fencedOut struct{ recorded *recorded }
 
 func (e *fencedOut) Error() string { return "fenced out" }
