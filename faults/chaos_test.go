@@ -96,7 +96,7 @@ func TestChaos(t *testing.T) {
 			case 0: // rows 1–3, 13: SIGKILL a worker wherever it is, start another
 				i := rng.IntN(len(workers))
 				workers[i].kill()
-				workers[i] = w.startWorker()
+				workers[i] = w.spawnWorker() // under load it may take a while to poll
 				count("worker SIGKILL")
 			case 1: // row 4
 				pool := w.db()

@@ -148,6 +148,7 @@ type world struct {
 	workers  []*workerProc
 	dir      string
 	pool     *pgxpool.Pool // on dbURL, when it is not pgtest's
+	mu       sync.Mutex
 }
 
 type worldOptions struct {
@@ -178,8 +179,18 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// startWorker starts a worker process; extra are environment assignments such as a failpoint.
+// startWorker starts a worker process and waits until it polls; extra are environment
+// assignments such as a failpoint.
 func (w *world) startWorker(extra ...string) *workerProc {
+	w.t.Helper()
+	p := w.spawnWorker(extra...)
+	p.waitFor("worker running", 30*time.Second)
+	return p
+}
+
+// spawnWorker starts a worker process without waiting for it: safe from goroutines other than
+// the test's, where a failed wait could not stop the test.
+func (w *world) spawnWorker(extra ...string) *workerProc {
 	w.t.Helper()
 	url := cmpOr(w.workerDB, w.dbURL)
 	sep := "?"
@@ -214,8 +225,9 @@ func (w *world) startWorker(extra ...string) *workerProc {
 			}
 		}
 	}()
-	p.waitFor("worker running", 30*time.Second)
+	w.mu.Lock()
 	w.workers = append(w.workers, p)
+	w.mu.Unlock()
 	w.t.Cleanup(p.kill)
 	return p
 }
