@@ -96,7 +96,12 @@ func TestChaos(t *testing.T) {
 			case 0: // rows 1–3, 13: SIGKILL a worker wherever it is, start another
 				i := rng.IntN(len(workers))
 				workers[i].kill()
-				workers[i] = w.spawnWorker() // under load it may take a while to poll
+				restarted, err := w.spawnWorker() // under load it may take a while to poll
+				if err != nil {
+					t.Errorf("restart a worker: %v", err)
+					return
+				}
+				workers[i] = restarted
 				count("worker SIGKILL")
 			case 1: // row 4
 				pool := w.db()
@@ -112,9 +117,15 @@ func TestChaos(t *testing.T) {
 				count("Postgres crash-restart")
 			case 4: // row 11
 				i := rng.IntN(len(workers))
-				workers[i].signal(syscall.SIGSTOP)
+				if err := workers[i].signal(syscall.SIGSTOP); err != nil {
+					t.Errorf("pause a worker: %v", err)
+					return
+				}
 				time.Sleep(12 * time.Second)
-				workers[i].signal(syscall.SIGCONT)
+				if err := workers[i].signal(syscall.SIGCONT); err != nil {
+					t.Errorf("resume a worker: %v", err)
+					return
+				}
 				count("worker SIGSTOP 12s")
 			case 5: // row 18
 				if events["Temporal SIGKILL"] < 1 {

@@ -183,15 +183,15 @@ func cmpOr[T comparable](v, def T) T {
 // assignments such as a failpoint.
 func (w *world) startWorker(extra ...string) *workerProc {
 	w.t.Helper()
-	p := w.spawnWorker(extra...)
+	p, err := w.spawnWorker(extra...)
+	require.NoError(w.t, err)
 	p.waitFor("worker running", 30*time.Second)
 	return p
 }
 
-// spawnWorker starts a worker process without waiting for it: safe from goroutines other than
-// the test's, where a failed wait could not stop the test.
-func (w *world) spawnWorker(extra ...string) *workerProc {
-	w.t.Helper()
+// spawnWorker starts a worker process without waiting for it and reports failure as an error:
+// safe from goroutines other than the test's, where require could not stop the test.
+func (w *world) spawnWorker(extra ...string) (*workerProc, error) {
 	url := cmpOr(w.workerDB, w.dbURL)
 	sep := "?"
 	if strings.Contains(url, "?") {
@@ -213,9 +213,13 @@ func (w *world) spawnWorker(extra ...string) *workerProc {
 	)
 	p.cmd.Env = append(p.cmd.Env, extra...)
 	stderr, err := p.cmd.StderrPipe()
-	require.NoError(w.t, err)
+	if err != nil {
+		return nil, err
+	}
 	p.cmd.Stdout = io.Discard
-	require.NoError(w.t, p.cmd.Start())
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the worker: %w", err)
+	}
 	go func() {
 		s := bufio.NewScanner(stderr)
 		for s.Scan() {
@@ -229,7 +233,7 @@ func (w *world) spawnWorker(extra ...string) *workerProc {
 	w.workers = append(w.workers, p)
 	w.mu.Unlock()
 	w.t.Cleanup(p.kill)
-	return p
+	return p, nil
 }
 
 type workerProc struct {
@@ -263,7 +267,8 @@ func (p *workerProc) kill() {
 	})
 }
 
-func (p *workerProc) signal(sig syscall.Signal) { require.NoError(p.t, p.cmd.Process.Signal(sig)) }
+// signal sends sig; like spawnWorker it reports failure rather than ending the calling goroutine.
+func (p *workerProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
 type process struct {
 	cmd *exec.Cmd

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -42,12 +43,12 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 	run := w.saga(o)
 	require.Eventually(t, func() bool { return len(w.ledger().RequestsByKey) > 0 }, 30*time.Second, 20*time.Millisecond,
 		"the charge never reached the provider")
-	paused.signal(syscall.SIGSTOP)
+	require.NoError(t, paused.signal(syscall.SIGSTOP))
 	w.startWorker()
 
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompleted, r.Status)
-	paused.signal(syscall.SIGCONT)
+	require.NoError(t, paused.signal(syscall.SIGCONT))
 	time.Sleep(3 * time.Second) // let the resumed worker try to record its outcome
 	require.Len(t, w.charges(o.ID), 1)
 	state, fence, _ := w.receipt("charge", "/charge#1")
@@ -57,7 +58,12 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 }
 
 // Row 18: the Temporal server is SIGKILLed mid-run and restarted on the same database file.
-// Workflows resume where they were, and every order is charged once.
+// Two kinds of work are in the air when it dies: four charges in flight on a live worker (their
+// completions must land once the server is back), and one charge stranded by a worker killed
+// after the provider charged but before the receipt was completed. The stranded charge is
+// retried only because the restarted server still holds its start-to-close timer; the retry must
+// present the same key, found from what the server persisted (the run and step in the activity's
+// headers), so the provider answers with the first charge. Workflows resume; one charge each.
 func TestRow18TemporalServerKilled(t *testing.T) {
 	port, err := freePort()
 	require.NoError(t, err)
@@ -66,9 +72,15 @@ func TestRow18TemporalServerKilled(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { server.kill() })
 	w := newWorld(t, worldOptions{temporal: server})
-	w.startWorker()
 
-	var orders []payment.Order
+	stranding := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterDownstream + "=pause")
+	stranded := w.order("stranded")
+	w.saga(stranded)
+	stranding.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
+	stranding.kill()
+
+	w.startWorker()
+	orders := []payment.Order{stranded}
 	for i := range 4 {
 		o := w.order(string(rune('a' + i)))
 		o.ChargeFaults = "slow=2s"
@@ -84,7 +96,13 @@ func TestRow18TemporalServerKilled(t *testing.T) {
 	for _, o := range orders {
 		r := w.result(server.client.GetWorkflow(context.Background(), o.ID, ""))
 		require.Equal(t, payment.StatusCompleted, r.Status, o.ID)
-		require.Len(t, w.charges(o.ID), 1, o.ID)
+		charges := w.charges(o.ID)
+		require.Len(t, charges, 1, o.ID)
+		require.Equal(t, charges[0].ID, r.ChargeID, o.ID)
+		if o.ID == stranded.ID {
+			require.Equal(t, 2, w.ledger().RequestsByKey[stepToken(r, "charge")],
+				"the stranded charge was not retried with its first key")
+		}
 	}
 	require.Zero(t, w.pending())
 }
