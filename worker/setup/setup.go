@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -139,6 +140,7 @@ func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
 		EnableUI:      true,
 		UIPort:        strconv.Itoa(uiPort),
 		LogLevel:      "error",
+		Stdout:        io.Discard, // its banner: the address and UI are logged below
 	})
 	if err != nil {
 		return fmt.Errorf("start the Temporal dev server (%s): %w", cli, err)
