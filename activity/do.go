@@ -105,7 +105,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 	token := k.Token()
 	obs := newObserver(ctx, s, k)
 
-	r, err := scanReceipt(s.db.QueryRow(ctx, s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
+	r, err := scanReceipt(s.db.QueryRow(ctx, s.reserveStatement(c), k.Namespace, k.Tenant, k.Operation, k.ID,
 		string(token), c.Fingerprint.Sum[:], c.Fingerprint.Version, lease.Microseconds(), s.cfg.Retention.Microseconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, err = s.read(ctx, k) // the concurrent winner's receipt, now committed
@@ -130,6 +130,10 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 			return s.replay(k, r)
 		}
 		if r.leaseRemaining > 0 {
+			if finished, ok := s.await(ctx, k, r); ok {
+				r = finished
+				continue
+			}
 			obs.count(MetricInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: min(max(r.leaseRemaining, 100*time.Millisecond), s.cfg.InProgressDelayMax)}
 		}
@@ -149,6 +153,43 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 		}
 	}
 	return nil, &InProgressError{Key: k, RetryAfter: 100 * time.Millisecond}
+}
+
+// await watches a receipt that a live attempt holds until the attempt finishes or its lease
+// ends, for at most InProgressWait. It returns the receipt as it then is and true, or false when
+// the attempt is still running.
+func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool) {
+	deadline := time.Now().Add(min(s.cfg.InProgressWait, r.leaseRemaining))
+	for delay := 5 * time.Millisecond; time.Until(deadline) >= delay; delay = min(2*delay, 200*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return r, false
+		case <-time.After(delay):
+		}
+		next, err := s.read(ctx, k)
+		if err != nil {
+			return r, false // the caller's InProgressError leads to a retry that reads again
+		}
+		if next.state != StatePending || next.leaseRemaining <= 0 {
+			return next, true
+		}
+	}
+	return r, false
+}
+
+// reserveStatement picks how durably a new reservation commits. The completion that follows it
+// always commits durably, and its WAL flush carries the reservation's records with it, so a first
+// execution waits for one flush, not two. The reservation alone is lost only if Postgres crashes
+// (or fails over) in the moment between the two, before its WAL writer flushed (within
+// 3 × wal_writer_delay). The attempt's completion then fails, and the retry finds no receipt and
+// calls the downstream again with the same token: harmless exactly when the downstream
+// deduplicates on that token, so only then is the reservation asynchronous. For any other
+// downstream, the durable reservation is what lets a retry know an effect may have happened.
+func (s *Store) reserveStatement(c Call) string {
+	if c.DownstreamDeduplicates {
+		return s.sql.reserveAsync
+	}
+	return s.sql.reserve
 }
 
 // run calls fn under the fence this attempt holds and records its outcome. unknown says that an

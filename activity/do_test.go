@@ -3,6 +3,7 @@ package activity_test
 import (
 	"context"
 	"errors"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -162,6 +164,55 @@ func TestDo(t *testing.T) {
 		close(release)
 		require.NoError(t, <-done)
 	})
+}
+
+func TestDuplicateWaitsForTheRunningAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, nil)
+	c := call(t, "order-6/charge", map[string]int{"amount": 100})
+	c.Lease = time.Minute
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 7, nil
+		})
+	}()
+	<-started
+	time.AfterFunc(50*time.Millisecond, func() { close(release) })
+	got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		t.Error("a duplicate ran while the first attempt held the lease")
+		return 0, nil
+	})
+	require.NoError(t, err, "the duplicate did not wait InProgressWait for an attempt that finished within it")
+	require.Equal(t, 7, got)
+}
+
+// The asynchronous reservation of a deduplicating downstream switches synchronous_commit off
+// for its own transaction only: the session the pool hands out next commits durably again.
+func TestAsynchronousReservationStaysInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // every statement below runs on the same session
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := activity.NewStore(pool, &activity.Config{Schema: pgtest.Schema(t)})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+
+	c := call(t, "order-7/charge", map[string]int{"amount": 100})
+	c.DownstreamDeduplicates = true
+	var during string
+	_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		return 1, pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&during)
+	})
+	require.NoError(t, err)
+	require.Equal(t, "on", during, "the reservation's setting outlived its transaction")
 }
 
 // crashAfterEffect starts an attempt that performs its effect and then vanishes without

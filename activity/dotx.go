@@ -17,32 +17,44 @@ type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
 // doTx runs the local-mutation path: the receipt and the caller's writes commit in one
 // transaction, so the local effect happens exactly once.
 //
-// Round trips: one read to replay a finished receipt without running fn, then the caller's own
-// transaction, with the receipt's INSERT sent in the same round trip as COMMIT. A concurrent
-// duplicate that passed the read too blocks on the receipts' unique index at that INSERT until
-// the first commits; its INSERT then fails, which turns its COMMIT into a rollback of its
-// business writes, and it replays the first one's receipt.
+// Round trips: as many as the caller's own transaction. BEGIN and the read of an existing receipt
+// go in one round trip (a finished receipt is replayed without running fn), and the receipt's
+// INSERT goes in the same round trip as COMMIT. A concurrent duplicate that passed the read too
+// blocks on the receipts' unique index at that INSERT until the first commits; its INSERT then
+// fails, which turns its COMMIT into a rollback of its business writes, and it replays the first
+// one's receipt.
 func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload, error) {
 	if err := s.check(c); err != nil {
 		return nil, err
 	}
 	k := c.Key
 	obs := newObserver(ctx, s, k)
-	if r, err := s.read(ctx, k); err == nil {
-		return s.answerTx(c, r, obs)
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, &StoreError{Op: "read", Key: k, Err: err}
-	}
 
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
 		return nil, &StoreError{Op: "begin", Key: k, Err: err}
 	}
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID)
+	results := conn.Conn().SendBatch(ctx, begin)
+	tx := results.Tx()
+	_, beginErr := results.Exec()
+	r, readErr := scanReceipt(results.QueryRow())
+	if err := errors.Join(beginErr, results.Close()); err != nil {
+		_ = tx.Rollback(ctx)
 		return nil, &StoreError{Op: "begin", Key: k, Err: err}
 	}
+	if readErr == nil {
+		_ = tx.Rollback(ctx) // read only; the receipt answers
+		return s.answerTx(c, r, obs)
+	}
+	if !errors.Is(readErr, pgx.ErrNoRows) {
+		_ = tx.Rollback(ctx)
+		return nil, &StoreError{Op: "read", Key: k, Err: readErr}
+	}
+
 	// Bookkeeping after fn must not be cut short by the activity's own deadline: an interrupted
 	// COMMIT is an unknown outcome that only the next attempt can resolve.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -70,7 +82,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	batch := &pgx.Batch{}
 	batch.Queue(s.sql.insertFinal, s.finalArgs(c, state, result, errType, errMsg)...)
 	batch.Queue("COMMIT")
-	results := conn.Conn().SendBatch(wctx, batch)
+	results = conn.Conn().SendBatch(wctx, batch)
 	_, insertErr := results.Exec()
 	_, commitErr := results.Exec()
 	closeErr := results.Close()

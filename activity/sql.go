@@ -6,7 +6,7 @@ import "fmt"
 // table name was quoted with pgx.Identifier.Sanitize. Parameters $1–$4 are always the key:
 // namespace, tenant, operation, id.
 type statements struct {
-	reserve, read, takeOver, complete, release, extend, insertFinal, purge string
+	reserve, reserveAsync, read, takeOver, complete, release, extend, insertFinal, purge string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order.
@@ -15,26 +15,8 @@ const receiptColumns = `fence, fingerprint, fingerprint_version, state, result, 
 
 func newStatements(table string) statements {
 	return statements{
-		// reserve inserts a pending receipt, or returns the one already there, in one round trip.
-		// Race: under READ COMMITTED a receipt committed by a concurrent attempt after this
-		// statement's snapshot makes the INSERT do nothing and is also invisible to the SELECT,
-		// so no row comes back; the caller then reads again in a new statement.
-		reserve: fmt.Sprintf(`
-WITH inserted AS (
-	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
-		state, lease_expires_at, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending',
-		now() + $8::bigint * interval '1 microsecond',
-		now() + $8::bigint * interval '1 microsecond' + $9::bigint * interval '1 microsecond')
-	ON CONFLICT DO NOTHING
-	RETURNING fence
-)
-SELECT true, fence, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::text, NULL::text, NULL::bigint, true
-FROM inserted
-UNION ALL
-SELECT false, %[2]s
-FROM %[1]s
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND NOT EXISTS (SELECT FROM inserted)`, table, receiptColumns),
+		reserve:      reserve(table, "true"),
+		reserveAsync: reserve(table, "set_config('synchronous_commit', 'off', true) IS NOT NULL"),
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
 			table, receiptColumns),
@@ -57,7 +39,7 @@ RETURNING fence`, table),
 		complete: fmt.Sprintf(`
 UPDATE %[1]s SET state = $6, result = $7, error_type = $8, error_message = $9,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
-	expires_at = now() + $10::bigint * interval '1 microsecond'
+	expires_at = greatest(expires_at, now() + $10::bigint * interval '1 microsecond')
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'`, table),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
@@ -88,4 +70,34 @@ DELETE FROM %[1]s WHERE ctid IN (
 	WHERE expires_at <= now() AND (state <> 'pending' OR lease_expires_at <= now())
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table),
 	}
+}
+
+// reserve inserts a pending receipt, or returns the one already there, in one round trip. It
+// looks the key up first and attempts the INSERT only when that found nothing, so that a replay
+// costs one index lookup and writes nothing. Race: under READ COMMITTED a receipt committed by a
+// concurrent attempt after this statement's snapshot is invisible to the lookup and makes the
+// INSERT do nothing, so no row comes back; the caller then reads again in a new statement.
+//
+// condition guards the INSERT as well. reserveAsync uses it to switch synchronous_commit off for
+// the statement's own transaction (set_config's is_local), which the server reads when it
+// commits: the reservation then commits without waiting for its WAL flush. See
+// Store.reserveStatement for when that is safe.
+func reserve(table, condition string) string {
+	return fmt.Sprintf(`
+WITH existing AS (
+	SELECT %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
+), inserted AS (
+	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
+		state, lease_expires_at, expires_at)
+	SELECT $1, $2, $3, $4, $5, $6, $7, 'pending',
+		now() + $8::bigint * interval '1 microsecond',
+		now() + $8::bigint * interval '1 microsecond' + $9::bigint * interval '1 microsecond'
+	WHERE NOT EXISTS (SELECT FROM existing) AND %[3]s
+	ON CONFLICT DO NOTHING
+	RETURNING fence
+)
+SELECT true, fence, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::text, NULL::text, NULL::bigint, true
+FROM inserted
+UNION ALL
+SELECT false, existing.* FROM existing`, table, receiptColumns, condition)
 }

@@ -29,6 +29,9 @@ const (
 	// InProgressDelayMaxDefault caps the retry delay of an InProgressError: the attempt that
 	// holds the lease usually finishes long before its lease ends.
 	InProgressDelayMaxDefault = 10 * time.Second
+	// InProgressWaitDefault is how long a duplicate waits in process for a live attempt to
+	// finish before it gives up with an InProgressError.
+	InProgressWaitDefault = time.Second
 	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
 	PurgeBatchDefault = 1000
 )
@@ -44,6 +47,12 @@ type Config struct {
 	MaxPayloadBytes int
 	// InProgressDelayMax caps the next-retry delay of an in-progress duplicate.
 	InProgressDelayMax time.Duration
+	// InProgressWait is how long a duplicate that finds a live attempt watches its receipt
+	// (reads backing off from 5 ms to 200 ms) before it gives up with an InProgressError: a
+	// duplicate racing an attempt that finishes within it answers with that attempt's outcome,
+	// a few milliseconds later, instead of a retry seconds later. Default InProgressWaitDefault;
+	// negative turns waiting off.
+	InProgressWait time.Duration
 	// DataConverter encodes results into the Temporal payloads that receipts store. Use the
 	// same converter as the worker's client. Default converter.GetDefaultDataConverter().
 	DataConverter converter.DataConverter
@@ -59,6 +68,7 @@ func (c *Config) WithDefaults() Config {
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, InProgressDelayMaxDefault)
+	out.InProgressWait = cmp.Or(out.InProgressWait, InProgressWaitDefault)
 	if out.DataConverter == nil {
 		out.DataConverter = converter.GetDefaultDataConverter()
 	}
