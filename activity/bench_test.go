@@ -17,8 +17,9 @@ import (
 
 // Benchmarks pair each tempotent operation with the bare statement it adds to, measured in the
 // same run on the same pool, and report round trips per operation from a pgx tracer
-// ("roundtrips/op"). `make bench` prints them side by side; the ratio is what matters, not the
-// absolute time, which depends on the machine.
+// ("roundtrips/op"): go test -bench . ./activity/. make bench prints the fuller table of the
+// bench module, interleaved, against DBOS too; the ratio is what matters, not the absolute time,
+// which depends on the machine.
 
 func benchStore(b *testing.B) (*activity.Store, *pgxpool.Pool, *pgtest.Counter, string) {
 	b.Helper()

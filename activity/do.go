@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -255,21 +256,23 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 	defer cancel()
 
 	var (
-		tag   pgconn.CommandTag
-		op    string
-		dbErr error
+		op      string
+		written bool
+		dbErr   error
 	)
 	if err != nil && !s.isFinal(ctx, err) {
 		op = "release"
+		var tag pgconn.CommandTag
 		tag, dbErr = s.db.Exec(wctx, s.sql.release, k.Namespace, k.Tenant, k.Operation, k.ID, fence, !IsNotApplied(err))
+		written = tag.RowsAffected() > 0
 	} else {
 		op = "complete"
 		state, result, errType, errMsg, encErr := s.outcome(k, p, err)
 		if encErr != nil {
 			return encErr
 		}
-		tag, dbErr = s.db.Exec(wctx, s.sql.complete, k.Namespace, k.Tenant, k.Operation, k.ID, fence,
-			state, result, errType, errMsg, s.cfg.Retention.Microseconds())
+		written, dbErr = s.completions.complete(wctx, &completion{key: k, fence: fence,
+			state: state, result: result, errType: errType, errMsg: errMsg})
 	}
 	if dbErr != nil {
 		// The outcome is not recorded; the lease still stands, so the next attempt takes over
@@ -277,7 +280,7 @@ func (s *Store) finish(ctx context.Context, c Call, fence int64, p *commonpb.Pay
 		obs.log("could not record outcome", "op", op, "error", dbErr)
 		return &StoreError{Op: op, Key: k, Err: dbErr}
 	}
-	if tag.RowsAffected() == 0 {
+	if !written {
 		obs.count(MetricFencedOut)
 		obs.log("fenced out: a newer attempt took over this receipt", "fence", fence)
 		r, rerr := s.read(wctx, k)
@@ -312,7 +315,15 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (state strin
 		return StateCompleted, result, nil, nil, nil
 	}
 	t, m := failureOf(toTemporal(err))
+	t, m = textOf(t), textOf(m)
 	return StateFailed, nil, &t, &m, nil
+}
+
+// textOf makes s storable in a text column, which refuses NUL and invalid UTF-8: an error
+// message carrying bytes from the wire must not keep its outcome from being recorded (nor, in a
+// batch, anyone else's). Each offending byte becomes U+FFFD.
+func textOf(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
 // failureOf returns the application error type and message recorded for a final error.

@@ -3,7 +3,9 @@ package activity_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -213,6 +215,58 @@ func TestAsynchronousReservationStaysInItsTransaction(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, "on", during, "the reservation's setting outlived its transaction")
+}
+
+// A final error whose message is not valid text (NUL, invalid UTF-8, as bytes from the wire can
+// be) is still recorded and replayed, each offending byte as U+FFFD.
+func TestFailureWithUnstorableMessageIsRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, nil)
+	c := call(t, "order-8/charge", map[string]int{"amount": 100})
+	fail := func(context.Context) (int, error) {
+		return 0, temporal.NewNonRetryableApplicationError("card\x00declined \xff", "Declined", nil)
+	}
+	_, err := activity.Do(ctx, s, c, fail)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, "Declined", appErr.Type())
+
+	_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		t.Error("the recorded failure was not replayed")
+		return 0, nil
+	})
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, "Declined", appErr.Type())
+	require.Equal(t, "card\uFFFDdeclined \uFFFD", appErr.Message())
+}
+
+// Completions of concurrent attempts share statements; each is recorded under its own key.
+func TestConcurrentCompletionsAreEachRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, nil)
+	const n = 48
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c := call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i})
+			got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
+			assert.NoError(t, err)
+			assert.Equal(t, i, got)
+		})
+	}
+	wg.Wait()
+	var completed int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM "+schema+".receipts WHERE state = 'completed' AND result IS NOT NULL").Scan(&completed))
+	require.Equal(t, n, completed)
+	for i := range n {
+		got, err := activity.Do(ctx, s, call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i}), func(context.Context) (int, error) {
+			return -1, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, i, got, "a receipt holds another attempt's result")
+	}
 }
 
 // crashAfterEffect starts an attempt that performs its effect and then vanishes without

@@ -2,7 +2,9 @@
 // Temporal runs activities at least once. It keeps a receipt per intent in Postgres (pgx/v5):
 //
 //   - the first execution reserves the key, runs the function with the key's downstream token in
-//     its context (keys.TokenFrom) and records the result: 2 round trips;
+//     its context (keys.TokenFrom) and records the result: 2 round trips and, when the downstream
+//     deduplicates, one WAL flush (the reservation commits asynchronously and is made durable by
+//     the completion's commit);
 //   - a retry, a replay, a worker that crashed after recording but before reporting, all get the
 //     recorded result back, byte for byte, without running the function: 1 round trip;
 //   - a worker that crashed after the external call but before recording leaves a lease; the
@@ -12,10 +14,13 @@
 //     with ErrTypeOutcomeUnknown instead of guessing;
 //   - the same key with a different request is a non-retryable ErrTypePayloadMismatch, and
 //     nothing is called;
+//   - a duplicate that finds a live attempt watches its receipt for up to Config.InProgressWait
+//     and answers with that attempt's outcome, or fails with a retryable ErrTypeInProgress;
 //   - a fence number keeps an attempt that lost its lease from overwriting a newer outcome.
 //
 // DoTx (and WrapTx) is the path for effects in the same Postgres: the receipt and the caller's
-// writes commit in one transaction, exactly once.
+// writes commit in one transaction, exactly once, in as many round trips as the caller's own
+// transaction.
 //
 // There are two ways in. Wrap a typed activity function:
 //

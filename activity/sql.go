@@ -6,7 +6,7 @@ import "fmt"
 // table name was quoted with pgx.Identifier.Sanitize. Parameters $1–$4 are always the key:
 // namespace, tenant, operation, id.
 type statements struct {
-	reserve, reserveAsync, read, takeOver, complete, release, extend, insertFinal, purge string
+	reserve, reserveAsync, read, takeOver, complete, completeBatch, release, extend, insertFinal, purge string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order.
@@ -33,14 +33,29 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 	AND fence = $5 AND state = 'pending' AND lease_expires_at <= now()
 RETURNING fence`, table),
 
-		// complete records the outcome. Race: an attempt that was taken over (paused past its
-		// lease, or timed out while still running) still holds its old fence; fence = $5 makes
-		// its late write touch no row, so it can never overwrite the newer attempt's outcome.
+		// complete records one attempt's outcome and returns its key. Race: an attempt that was
+		// taken over (paused past its lease, or timed out while still running) still holds its
+		// old fence; fence = $5 makes its late write touch no row, so it can never overwrite the
+		// newer attempt's outcome. expires_at only grows, so that the update can be HOT.
 		complete: fmt.Sprintf(`
 UPDATE %[1]s SET state = $6, result = $7, error_type = $8, error_message = $9,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
 	expires_at = greatest(expires_at, now() + $10::bigint * interval '1 microsecond')
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'`, table),
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'
+RETURNING namespace, tenant, operation, id`, table),
+
+		// completeBatch is complete for many attempts at once, $1–$9 arrays with one element per
+		// attempt and at most one per key. (A batch of one uses complete: a statement whose size
+		// the planner cannot know is planned afresh on every execution.)
+		completeBatch: fmt.Sprintf(`
+UPDATE %[1]s AS r SET state = b.state, result = b.result, error_type = b.error_type,
+	error_message = b.error_message, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
+	expires_at = greatest(r.expires_at, now() + $10::bigint * interval '1 microsecond')
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[])
+	AS b(namespace, tenant, operation, id, fence, state, result, error_type, error_message)
+WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)
+	AND r.fence = b.fence AND r.state = 'pending'
+RETURNING r.namespace, r.tenant, r.operation, r.id`, table),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
 		// once, with the same token. Fenced like complete.

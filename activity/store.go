@@ -92,9 +92,10 @@ func (c *Config) validate() error {
 // Store keeps receipts in Postgres. It is safe for concurrent use; create one per pool and
 // share it.
 type Store struct {
-	db  *pgxpool.Pool
-	cfg Config
-	sql statements
+	db          *pgxpool.Pool
+	cfg         Config
+	sql         statements
+	completions *completions
 }
 
 // NewStore returns a Store on db. It does not touch the database: call Migrate (or apply
@@ -108,7 +109,9 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("activity.NewStore: %w", err)
 	}
-	return &Store{db: db, cfg: c, sql: newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize())}, nil
+	s := &Store{db: db, cfg: c, sql: newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize())}
+	s.completions = &completions{store: s}
+	return s, nil
 }
 
 // Config returns the store's configuration with defaults applied.
