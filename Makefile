@@ -15,8 +15,11 @@ TEMPORAL_CLI_VERSION := v1.5.1
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-# The Stripe adapter is a module of its own, so that the toolkit's go.mod does not carry stripe-go.
+# Modules of their own, so that the toolkit's go.mod carries neither stripe-go (the Stripe
+# adapter) nor DBOS (the benchmark's peer). make test runs the adapter's tests; the benchmark
+# module is vetted and linted, and run by make bench.
 NESTED := downstream/stripe
+TOOLS := bench
 
 N ?= 50
 CHAOS_TIMEOUT ?= 60m
@@ -30,19 +33,19 @@ test: vet bin/temporal ## Vet, then every test with the race detector: real Post
 
 vet: ## go vet, every module.
 	$(GO) vet ./...
-	for m in $(NESTED); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(NESTED) $(TOOLS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version), every module.
 	$(STATICCHECK) ./...
-	for m in $(NESTED); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	for m in $(NESTED) $(TOOLS); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(BIN)/staticcheck $@
 
-bench: ## Benchmarks with round trips per op, and each operation's ratio to its bare statement.
-	$(GO) test -run '^$$' -bench . -benchtime 1s -count 5 ./activity/ | tee /dev/stderr | scripts/ratios.awk
+bench: bin/temporal ## One table, about 2 minutes: cost per step as ratios to the bare operation and to DBOS, targets marked.
+	cd bench && $(GO) run . -temporal-cli $(CURDIR)/$(BIN)/temporal
 
 fuzz: ## Fuzz the canonical JSON form for a minute.
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalize -fuzztime 60s ./keys/

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// schema holds everything the benchmarks write; it is dropped before and after a run.
+const schema = "tempotent_bench"
+
+// db is one way of talking to Postgres: a pool whose sessions commit synchronously or not,
+// its round-trip counter, and a receipt store on it.
+type db struct {
+	pool    *pgxpool.Pool
+	counter *pgtest.Counter
+	store   *activity.Store
+}
+
+func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fatalf("database URL: %v", err)
+	}
+	cfg.MaxConns = 80
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = map[bool]string{true: "on", false: "off"}[synchronousCommit]
+	counter := &pgtest.Counter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		fatalf("connect: %v", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		fatalf("Postgres at %s does not answer: %v (set TEST_DATABASE_URL)", url, err)
+	}
+	store, err := activity.NewStore(pool, &activity.Config{Schema: schema})
+	if err != nil {
+		fatalf("store: %v", err)
+	}
+	return &db{pool: pool, counter: counter, store: store}
+}
+
+// prepare creates the benchmark schema afresh: the receipts table, a table for bare INSERTs, and
+// the stock and outbox tables of the DoTx business transaction.
+func prepare(ctx context.Context, d *db) {
+	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		fatalf("drop schema: %v", err)
+	}
+	if err := d.store.Migrate(ctx); err != nil {
+		fatalf("migrate: %v", err)
+	}
+	_, err := d.pool.Exec(ctx, `
+		CREATE TABLE `+schema+`.bare (id text PRIMARY KEY, body bytea);
+		CREATE TABLE `+schema+`.stock (sku text PRIMARY KEY, units bigint NOT NULL);
+		CREATE TABLE `+schema+`.outbox (id bigserial PRIMARY KEY, kind text NOT NULL);
+		INSERT INTO `+schema+`.stock SELECT 'sku-' || i, 1000000000 FROM generate_series(1, 64) i;`)
+	if err != nil {
+		fatalf("create tables: %v", err)
+	}
+}
+
+var seq atomic.Int64
+
+// next returns a name no other operation of this run has used.
+func next(prefix string) string { return fmt.Sprint(prefix, seq.Add(1)) }
+
+// downstream is the external call every step makes: an HTTP POST to a payments-like server in
+// this process, which counts the requests it got per idempotency key.
+type downstream struct {
+	server *httptest.Server
+	client *http.Client
+	mu     sync.Mutex
+	byKey  map[string]int
+}
+
+type charge struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+func startDownstream() *downstream {
+	d := &downstream{byKey: map[string]int{}}
+	d.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		d.mu.Lock()
+		d.byKey[key]++
+		d.mu.Unlock()
+		if delay, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
+			time.Sleep(delay)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(charge{ID: "ch_" + key, Status: "succeeded"})
+	}))
+	d.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+	return d
+}
+
+// charge posts one charge under key; delay makes the server take that long to answer.
+func (d *downstream) charge(ctx context.Context, key string, delay time.Duration) (charge, error) {
+	url := d.server.URL + "/v1/charges"
+	if delay > 0 {
+		url += "?delay=" + delay.String()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(`{"amount":4200,"currency":"eur"}`)))
+	if err != nil {
+		return charge{}, err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	res, err := d.client.Do(req)
+	if err != nil {
+		return charge{}, err
+	}
+	defer res.Body.Close()
+	var c charge
+	return c, json.NewDecoder(res.Body).Decode(&c)
+}
+
+func (d *downstream) requests(key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.byKey[key]
+}
+
+// fingerprint is the request every benchmark call makes.
+var fingerprint = func() keys.Fingerprint {
+	fp, err := keys.FingerprintOf(map[string]any{"amount": 4200, "currency": "eur"})
+	if err != nil {
+		panic(err)
+	}
+	return fp
+}()
+
+func call(id string) activity.Call {
+	return activity.Call{
+		Key:                    keys.Key{Namespace: "bench", Operation: "Charge", ID: id},
+		Fingerprint:            fingerprint,
+		DownstreamDeduplicates: true,
+	}
+}
+
+// step is the external call made through tempotent: a receipt around the downstream call,
+// which carries the receipt's token as its idempotency key.
+func step(s *activity.Store, d *downstream, id string) op {
+	return func(ctx context.Context) error {
+		_, err := activity.Do(ctx, s, call(id), func(ctx context.Context) (charge, error) {
+			token, _ := keys.TokenFrom(ctx)
+			return d.charge(ctx, string(token), 0)
+		})
+		return err
+	}
+}
+
+// firstStep is step on a new key each time.
+func firstStep(s *activity.Store, d *downstream) op {
+	return func(ctx context.Context) error { return step(s, d, next("first-"))(ctx) }
+}
+
+// bareCall is the downstream call alone, under a key of its own.
+func bareCall(d *downstream) op {
+	return func(ctx context.Context) error {
+		_, err := d.charge(ctx, next("bare-"), 0)
+		return err
+	}
+}
+
+// receipt is a first execution whose downstream call costs nothing: the receipt alone.
+func receipt(s *activity.Store) op {
+	return func(ctx context.Context) error {
+		_, err := activity.Do(ctx, s, call(next("receipt-")), func(context.Context) (int, error) { return 1, nil })
+		return err
+	}
+}
+
+// floor is the least a recorded external call can cost: a round trip to check for an earlier
+// outcome, the call, a durable INSERT of the outcome.
+func floor(p *pgxpool.Pool, d *downstream) op {
+	return func(ctx context.Context) error {
+		if err := selectOne(p)(ctx); err != nil {
+			return err
+		}
+		if _, err := d.charge(ctx, next("floor-"), 0); err != nil {
+			return err
+		}
+		return insert(p)(ctx)
+	}
+}
+
+func selectOne(p *pgxpool.Pool) op {
+	return func(ctx context.Context) error {
+		var one int
+		return p.QueryRow(ctx, "SELECT 1").Scan(&one)
+	}
+}
+
+// insert is the bare durable INSERT: one row, committed on its own.
+func insert(p *pgxpool.Pool) op {
+	return func(ctx context.Context) error {
+		_, err := p.Exec(ctx, "INSERT INTO "+schema+".bare VALUES ($1, $2)", next("row-"), []byte(`{"id":"ch_1"}`))
+		return err
+	}
+}
+
+// business is DoTx's benchmark transaction: take a unit of stock, queue a shipment.
+func business(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var left int64
+	sku := fmt.Sprint("sku-", 1+seq.Add(1)%64)
+	if err := tx.QueryRow(ctx, "UPDATE "+schema+".stock SET units = units - 1 WHERE sku = $1 RETURNING units", sku).Scan(&left); err != nil {
+		return 0, err
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+schema+".outbox (kind) VALUES ('ship')")
+	return left, err
+}
+
+func bareTx(p *pgxpool.Pool) op {
+	return func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			_, err := business(ctx, tx)
+			return err
+		})
+	}
+}
+
+func doTx(s *activity.Store) op {
+	return func(ctx context.Context) error {
+		_, err := activity.DoTx(ctx, s, call(next("tx-")), business)
+		return err
+	}
+}
+
+// replay is Do on a key whose receipt is completed.
+func replay(s *activity.Store, d *downstream) op {
+	id := next("replayed-")
+	if err := step(s, d, id)(context.Background()); err != nil {
+		fatalf("replay set-up: %v", err)
+	}
+	return func(ctx context.Context) error {
+		_, err := activity.Do(ctx, s, call(id), func(context.Context) (charge, error) {
+			return charge{}, fmt.Errorf("a replay called the downstream")
+		})
+		return err
+	}
+}

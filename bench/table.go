@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A format says how a figure reads.
+type format func(v float64) string
+
+var (
+	ratio     format = func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+	number    format = func(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) }
+	micros    format = func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
+	millis    format = func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
+	perSecond format = func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
+)
+
+// pair shows a median beside a maximum.
+func pair(maximum float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.0f / %.0f", v, maximum) }
+}
+
+type row struct {
+	section, label, target string
+	decimals               int // the figure is judged at this many decimals
+	cells                  [2]string
+	values                 [2]float64
+	set                    [2]bool
+}
+
+// table collects the figures in the order they are set.
+type table struct{ rows []*row }
+
+func (t *table) set(section, label string, col int, v float64, f format, target string) {
+	t.setJudged(section, label, col, v, f, target, 2)
+}
+
+// setJudged is set for a figure judged at the given decimals.
+func (t *table) setJudged(section, label string, col int, v float64, f format, target string, decimals int) {
+	var r *row
+	for _, x := range t.rows {
+		if x.label == label {
+			r = x
+		}
+	}
+	if r == nil {
+		r = &row{section: section, label: label, target: target, decimals: decimals}
+		t.rows = append(t.rows, r)
+	}
+	r.cells[col], r.values[col], r.set[col] = f(v), v, true
+}
+
+// met judges the headline (synchronous commit on) against a target such as "≤ 1.3".
+func met(target string, v float64, decimals int) string {
+	op, num, ok := strings.Cut(target, " ")
+	if !ok {
+		return ""
+	}
+	want, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return ""
+	}
+	scale := math.Pow(10, float64(decimals))
+	v = math.Round(v*scale) / scale
+	good := false
+	switch op {
+	case "≤":
+		good = v <= want
+	case "≥":
+		good = v >= want
+	case "=":
+		good = v == want
+	}
+	if good {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func (t *table) print(w io.Writer, rounds int, took time.Duration) {
+	slices.SortStableFunc(t.rows, func(a, b *row) int { return strings.Compare(a.section, b.section) })
+	fmt.Fprintf(w, "\n| # | figure | sync commit on | sync commit off | target | |\n|---|---|---|---|---|---|\n")
+	for _, r := range t.rows {
+		cells := r.cells
+		for i := range cells {
+			if !r.set[i] {
+				cells[i] = "—"
+			}
+		}
+		verdict := ""
+		if r.target != "" && r.set[0] {
+			verdict = met(r.target, r.values[0], r.decimals)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.section, r.label, cells[0], cells[1], r.target, verdict)
+	}
+	fmt.Fprintf(w, "\nWAL syncs are judged at one decimal: pg_stat_wal also counts the WAL writer's background flushes.\n")
+	fmt.Fprintf(w, "Each timed figure is the median over %d rounds of per-round ratios, blocks interleaved; took %v.\n", rounds, took.Round(time.Second))
+}
