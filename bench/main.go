@@ -49,12 +49,13 @@ func main() {
 	defer d.server.Close()
 	for _, syncCommit := range []bool{true, false} {
 		col := map[bool]int{true: 0, false: 1}[syncCommit]
-		progress("synchronous_commit=%v: single steps", map[bool]string{true: "on", false: "off"}[syncCommit])
+		progress("synchronous_commit %s", map[bool]string{true: "on", false: "off"}[syncCommit])
 		db := openDB(ctx, url, syncCommit)
 		if syncCommit {
 			prepare(ctx, db)
 		}
 		if want("1") || want("2") || want("3") {
+			progress("  single steps")
 			singleSteps(ctx, t, col, *rounds, db, d)
 		}
 		if want("4") {
