@@ -168,6 +168,20 @@ func firstStep(s *activity.Store, d *downstream) op {
 	return func(ctx context.Context) error { return step(s, d, next("first-"))(ctx) }
 }
 
+// firstStepNoDedup is firstStep for a downstream that does not deduplicate on the token, whose
+// reservation must be durable before the call.
+func firstStepNoDedup(s *activity.Store, d *downstream) op {
+	return func(ctx context.Context) error {
+		c := call(next("nodedup-"))
+		c.DownstreamDeduplicates = false
+		_, err := activity.Do(ctx, s, c, func(ctx context.Context) (charge, error) {
+			token, _ := keys.TokenFrom(ctx)
+			return d.charge(ctx, string(token), 0)
+		})
+		return err
+	}
+}
+
 // bareCall is the downstream call alone, under a key of its own.
 func bareCall(d *downstream) op {
 	return func(ctx context.Context) error {

@@ -124,6 +124,8 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	c := count(ctx, stats, db.counter, 200, firstStep(db.store, d))
 	t.set("1", "first execution: round trips per call", col, c.roundTrips, number, "≤ 2")
 	t.setJudged("1", "first execution: WAL syncs per call", col, c.walSyncs, number, "≤ 1", 1)
+	c = count(ctx, stats, db.counter, 200, firstStepNoDedup(db.store, d))
+	t.setJudged("1", "first execution, downstream that does not deduplicate: WAL syncs per call", col, c.walSyncs, number, "", 1)
 	c = count(ctx, stats, db.counter, 200, benches[rep].op)
 	t.set("2", "replay: round trips", col, c.roundTrips, number, "= 1")
 	t.setJudged("2", "replay: WAL syncs", col, c.walSyncs, number, "= 0", 1)
