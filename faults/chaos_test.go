@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -40,7 +41,7 @@ func TestChaos(t *testing.T) {
 	viaProxy := *target
 	viaProxy.Host = proxy.addr
 	viaProxy.RawQuery = "sslmode=disable"
-	port, err := freePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "temporal.db")
 	server, err := startTemporal(db, port)

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/samples/payment"
@@ -93,7 +94,7 @@ type temporalServer struct {
 func startTemporal(dbFile string, port int) (*temporalServer, error) {
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = freeport.Get(); err != nil {
 			return nil, err
 		}
 	}
@@ -278,7 +279,7 @@ type process struct {
 // startFakepay runs fakepay as its own process, its ledger in state+".json".
 func startFakepay(t *testing.T, state string) *process {
 	t.Helper()
-	port, err := freePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(fakepayBin, "-addr", addr, "-state", state+".json")
@@ -286,15 +287,6 @@ func startFakepay(t *testing.T, state string) *process {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	require.NoError(t, waitListening(addr, 10*time.Second))
 	return &process{cmd: cmd, url: "http://" + addr}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitListening(addr string, timeout time.Duration) error {

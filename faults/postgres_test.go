@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -208,7 +209,7 @@ func newCluster(t *testing.T) *cluster {
 		gid, _ := strconv.Atoi(u.Gid)
 		require.NoError(t, os.Chown(dir, uid, gid))
 	}
-	port, err := freePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	c := &cluster{t: t, bin: filepath.Dir(bins[len(bins)-1]), dir: dir, port: port,
 		url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres", port)}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -65,7 +66,7 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 // present the same key, found from what the server persisted (the run and step in the activity's
 // headers), so the provider answers with the first charge. Workflows resume; one charge each.
 func TestRow18TemporalServerKilled(t *testing.T) {
-	port, err := freePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "temporal.db")
 	server, err := startTemporal(db, port)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -129,7 +129,7 @@ func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
 	if _, err := os.Stat(cli); err != nil {
 		return fmt.Errorf("TEMPORAL_ADDRESS is not set and the Temporal CLI is not at %s to start the dev server: run `make bin/temporal` (go install github.com/temporalio/cli/cmd/temporal@v1.5.1), or set TEMPORAL_ADDRESS", cli)
 	}
-	uiPort, err := freePort()
+	uiPort, err := freeport.Get()
 	if err != nil {
 		return err
 	}
@@ -184,13 +184,4 @@ func (e *Env) Close() {
 		e.closers[i]()
 	}
 	e.closers = nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/samples/payment"
 	"github.com/tempotent/tempotent/worker/setup"
 )
@@ -391,7 +392,7 @@ func (p *proc) stop() {
 
 // startFakepay runs a fakepay process with its state in dir+".json" and waits until it listens.
 func startFakepay(ctx context.Context, bin, state string) (*proc, error) {
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -459,15 +460,6 @@ func (w *workerProc) stop() {
 		_ = w.cmd.Wait()
 		w.cmd = nil
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitListening(ctx context.Context, addr string) error {
