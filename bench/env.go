@@ -153,9 +153,9 @@ func call(id string) activity.Call {
 
 // step is the external call made through tempotent: a receipt around the downstream call,
 // which carries the receipt's token as its idempotency key.
-func step(s *activity.Store, d *downstream, id string) op {
+func step(s *activity.Store, d *downstream, c activity.Call) op {
 	return func(ctx context.Context) error {
-		_, err := activity.Do(ctx, s, call(id), func(ctx context.Context) (charge, error) {
+		_, err := activity.Do(ctx, s, c, func(ctx context.Context) (charge, error) {
 			token, _ := keys.TokenFrom(ctx)
 			return d.charge(ctx, string(token), 0)
 		})
@@ -165,7 +165,7 @@ func step(s *activity.Store, d *downstream, id string) op {
 
 // firstStep is step on a new key each time.
 func firstStep(s *activity.Store, d *downstream) op {
-	return func(ctx context.Context) error { return step(s, d, next("first-"))(ctx) }
+	return func(ctx context.Context) error { return step(s, d, call(next("first-")))(ctx) }
 }
 
 // firstStepNoDedup is firstStep for a downstream that does not deduplicate on the token, whose
@@ -174,11 +174,7 @@ func firstStepNoDedup(s *activity.Store, d *downstream) op {
 	return func(ctx context.Context) error {
 		c := call(next("nodedup-"))
 		c.DownstreamDeduplicates = false
-		_, err := activity.Do(ctx, s, c, func(ctx context.Context) (charge, error) {
-			token, _ := keys.TokenFrom(ctx)
-			return d.charge(ctx, string(token), 0)
-		})
-		return err
+		return step(s, d, c)(ctx)
 	}
 }
 
@@ -257,7 +253,7 @@ func doTx(s *activity.Store) op {
 // replay is Do on a key whose receipt is completed.
 func replay(s *activity.Store, d *downstream) op {
 	id := next("replayed-")
-	if err := step(s, d, id)(context.Background()); err != nil {
+	if err := step(s, d, call(id))(context.Background()); err != nil {
 		fatalf("replay set-up: %v", err)
 	}
 	return func(ctx context.Context) error {

@@ -133,6 +133,7 @@ func walSyncs(ctx context.Context, stats *pgxpool.Pool) int64 {
 	return n
 }
 
+// fatalf ends the run: main recovers the panic, prints it and exits 1.
 func fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
