@@ -3,21 +3,30 @@ package activity
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tempotent/tempotent/keys"
 )
 
-// maxBatch bounds the completions that share one statement.
-const maxBatch = 256
+// Bounds of the completions that share one statement: by count, and by the bytes of their
+// results and failures, so that one batch of large results is not a statement of hundreds of
+// megabytes.
+const (
+	maxBatch      = 256
+	maxBatchBytes = 4 << 20
+)
 
 // completions records the outcomes of a store's attempts. Completions that arrive while another
 // batch is being written wait for it and then go out together, in one statement and one commit:
 // under load, one WAL flush serves many receipts. There is no timer, and a completion that finds
 // nothing in flight is written at once by its own goroutine, so a lone attempt waits for nobody
 // and pays no hand-off.
+//
+// A batch skips rows that are locked elsewhere instead of waiting for them; the attempts whose
+// rows it skipped write their completions on their own, each waiting at most the store's lock
+// timeout. One locked receipt therefore delays only its own attempt.
 type completions struct {
 	store   *Store
 	mu      sync.Mutex
@@ -25,22 +34,22 @@ type completions struct {
 	writing bool // a batch is in flight; the queue is empty whenever it is false
 }
 
-// completion is one attempt's outcome, fenced: it is written only while the attempt's fence
-// still holds the pending receipt.
+// completion is one attempt's outcome. It is written only while the attempt's reservation still
+// holds the pending receipt, and only to a receipt of the same fingerprint.
 type completion struct {
-	key             keys.Key
-	fence           int64
-	state           string
-	result          []byte
-	errType, errMsg *string
+	key         keys.Key
+	reservation reservation
+	fingerprint keys.Fingerprint
+	outcome     outcome
 
 	done    chan struct{}
-	written bool  // the fence held and the outcome is recorded
+	written bool  // the reservation held and the outcome is recorded
+	skipped bool  // the batch skipped it (locked, or fenced out): write it alone to know which
 	err     error // the batch could not be written
 }
 
-// complete records c and reports whether c's fence still held the receipt. An error means the
-// outcome may or may not be recorded: the lease stands, and the next attempt finds out.
+// complete records c and reports whether c's reservation still held the receipt. An error means
+// the outcome may or may not be recorded: the lease stands, and the next attempt finds out.
 func (q *completions) complete(ctx context.Context, c *completion) (bool, error) {
 	c.done = make(chan struct{})
 	q.mu.Lock()
@@ -53,13 +62,17 @@ func (q *completions) complete(ctx context.Context, c *completion) (bool, error)
 	}
 	select {
 	case <-c.done:
-		return c.written, c.err
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
+	if c.skipped {
+		return q.store.completeOne(ctx, c)
+	}
+	return c.written, c.err
 }
 
-// writeNext writes the next batch, then hands what queued meanwhile to a new writer.
+// writeNext writes the next batch, then hands what queued meanwhile to a new writer. It never
+// waits for a row lock: a skipped completion is finished by its own caller.
 func (q *completions) writeNext() {
 	q.mu.Lock()
 	batch := q.take()
@@ -74,14 +87,17 @@ func (q *completions) writeNext() {
 	go q.writeNext()
 }
 
-// take removes the next batch from the queue: in arrival order, at most maxBatch, and at most one
-// completion per key, so that each row of the statement's answer names one completion.
+// take removes the next batch from the queue: in arrival order, at most maxBatch completions and
+// maxBatchBytes (but at least one), and at most one completion per key.
 func (q *completions) take() []*completion {
 	var batch, rest []*completion
 	seen := map[keys.Key]bool{}
+	size := 0
 	for _, c := range q.queue {
-		if len(batch) < maxBatch && !seen[c.key] {
+		fits := len(batch) == 0 || (len(batch) < maxBatch && size+c.outcome.size() <= maxBatchBytes)
+		if fits && !seen[c.key] {
 			seen[c.key] = true
+			size += c.outcome.size()
 			batch = append(batch, c)
 		} else {
 			rest = append(rest, c)
@@ -92,47 +108,63 @@ func (q *completions) take() []*completion {
 }
 
 func (q *completions) send(batch []*completion) {
+	defer func() {
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
 	// Detached from every caller: one caller giving up must not cancel the others' write.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := q.store.writeContext(context.Background())
 	defer cancel()
-	var rows pgx.Rows
-	var err error
 	if len(batch) == 1 {
 		c := batch[0]
-		rows, err = q.store.db.Query(ctx, q.store.sql.complete, c.key.Namespace, c.key.Tenant, c.key.Operation, c.key.ID,
-			c.fence, c.state, c.result, c.errType, c.errMsg, q.store.cfg.Retention.Microseconds())
-	} else {
-		n := len(batch)
-		var (
-			namespaces, tenants, operations, ids = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			fences                               = make([]int64, n)
-			states                               = make([]string, n)
-			results                              = make([][]byte, n)
-			errTypes, errMsgs                    = make([]*string, n), make([]*string, n)
-		)
-		for i, c := range batch {
-			namespaces[i], tenants[i], operations[i], ids[i] = c.key.Namespace, c.key.Tenant, c.key.Operation, c.key.ID
-			fences[i], states[i], results[i], errTypes[i], errMsgs[i] = c.fence, c.state, c.result, c.errType, c.errMsg
-		}
-		rows, err = q.store.db.Query(ctx, q.store.sql.completeBatch, namespaces, tenants, operations, ids, fences,
-			states, results, errTypes, errMsgs, q.store.cfg.Retention.Microseconds())
+		tag, err := q.store.exec(ctx, q.store.sql.completeSkipLocked, c.args(q.store)...)
+		c.written, c.err = tag.RowsAffected() > 0, err
+		c.skipped = err == nil && !c.written
+		return
 	}
-	written := map[keys.Key]bool{}
-	if err == nil {
-		for rows.Next() {
-			var k keys.Key
-			if err = rows.Scan(&k.Namespace, &k.Tenant, &k.Operation, &k.ID); err != nil {
-				break
+	n := len(batch)
+	var (
+		namespaces, tenants, operations, ids = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		reservations                         = make([]pgtype.UUID, n)
+		fingerprints                         = make([][]byte, n)
+		versions                             = make([]int16, n)
+		states                               = make([]string, n)
+		results, failures                    = make([][]byte, n), make([][]byte, n)
+		errTypes, errMsgs                    = make([]*string, n), make([]*string, n)
+	)
+	for i, c := range batch {
+		namespaces[i], tenants[i], operations[i], ids[i] = c.key.Namespace, c.key.Tenant, c.key.Operation, c.key.ID
+		reservations[i], fingerprints[i], versions[i] = c.reservation.uuid(), c.fingerprint.Sum[:], c.fingerprint.Version
+		o := c.outcome
+		states[i], results[i], failures[i], errTypes[i], errMsgs[i] = o.state, o.result, o.failure, o.errType, o.errMsg
+	}
+	written := map[reservation]bool{}
+	err := q.store.query(ctx, q.store.sql.completeBatch, []any{namespaces, tenants, operations, ids, reservations,
+		fingerprints, versions, states, results, failures, errTypes, errMsgs, q.store.cfg.Retention.Microseconds()},
+		func(rows pgx.Rows) error {
+			var r pgtype.UUID
+			if err := rows.Scan(&r); err != nil {
+				return err
 			}
-			written[k] = true
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+			written[r.Bytes] = true
+			return nil
+		})
 	for _, c := range batch {
-		c.written, c.err = written[c.key], err
-		close(c.done)
+		c.written, c.skipped, c.err = written[c.reservation], err == nil && !written[c.reservation], err
 	}
+}
+
+// completeOne writes one completion that a batch skipped, on its own and outside the queue,
+// waiting at most the lock timeout for its row. No row means the attempt was fenced out.
+func (s *Store) completeOne(ctx context.Context, c *completion) (bool, error) {
+	tag, err := s.exec(ctx, s.sql.complete, c.args(s)...)
+	return tag.RowsAffected() > 0, err
+}
+
+// args are the parameters of complete and completeSkipLocked.
+func (c *completion) args(s *Store) []any {
+	k, o := c.key, c.outcome
+	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, c.reservation.uuid(), c.fingerprint.Sum[:], c.fingerprint.Version,
+		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}
 }

@@ -3,7 +3,7 @@ package activity
 import (
 	"context"
 	"errors"
-	"time"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,12 +35,19 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		return nil, &StoreError{Op: "begin", Key: k, Err: err}
 	}
 	defer conn.Release()
+	// The transaction's lock timeout holds for fn's statements too, so that a duplicate never
+	// waits on locks that a stalled attempt holds; and a stalled attempt (a paused worker) loses
+	// its open transaction, and its locks, once its lease is over.
 	begin := &pgx.Batch{}
 	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(s.sql.txSettings, s.lockTimeout, strconv.FormatInt(max(s.leaseFor(ctx, c).Milliseconds(), 1), 10))
 	begin.Queue(s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID)
 	results := conn.Conn().SendBatch(ctx, begin)
 	tx := results.Tx()
 	_, beginErr := results.Exec()
+	if beginErr == nil {
+		_, beginErr = results.Exec()
+	}
 	r, readErr := scanReceipt(results.QueryRow())
 	if err := errors.Join(beginErr, results.Close()); err != nil {
 		_ = tx.Rollback(ctx)
@@ -57,7 +64,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 
 	// Bookkeeping after fn must not be cut short by the activity's own deadline: an interrupted
 	// COMMIT is an unknown outcome that only the next attempt can resolve.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	wctx, cancel := s.writeContext(ctx)
 	defer cancel()
 
 	p, err := fn(keys.WithToken(ctx, k.Token()), tx)
@@ -74,16 +81,20 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		return s.recordFailureTx(wctx, conn.Conn(), c, err, obs)
 	}
 
-	state, result, errType, errMsg, err := s.outcome(k, p, nil)
+	out, err := s.outcome(k, p, nil)
 	if err != nil {
 		_ = tx.Rollback(wctx)
 		return nil, err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.insertFinal, s.finalArgs(c, state, result, errType, errMsg)...)
+	batch.Queue(s.sql.settings, s.lockTimeout, s.statementTimeout)
+	batch.Queue(s.sql.insertFinal, s.finalArgs(c, out)...)
 	batch.Queue("COMMIT")
 	results = conn.Conn().SendBatch(wctx, batch)
 	_, insertErr := results.Exec()
+	if insertErr == nil {
+		_, insertErr = results.Exec()
+	}
 	_, commitErr := results.Exec()
 	closeErr := results.Close()
 	// The transaction was ended by the batch's COMMIT, behind pgx.Tx's back: the Tx value is
@@ -102,6 +113,12 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		}
 		return s.answerTx(c, r, obs)
 	}
+	if isLockTimeout(insertErr) {
+		// A duplicate's receipt is being committed (or its transaction stalled): its outcome
+		// is the answer, once it is there.
+		obs.count(MetricInProgress)
+		return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+	}
 	if err := errors.Join(insertErr, commitErr, closeErr); err != nil {
 		// Possibly committed: the next attempt's read tells.
 		return nil, &StoreError{Op: "commit", Key: k, Err: err}
@@ -114,8 +131,11 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 // first, in which case that one is the answer.
 func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnErr error, obs observer) (*commonpb.Payload, error) {
 	k := c.Key
-	state, result, errType, errMsg, _ := s.outcome(k, nil, fnErr)
-	tag, err := conn.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, state, result, errType, errMsg)...)
+	out, err := s.outcome(k, nil, fnErr)
+	if err != nil {
+		return nil, err
+	}
+	tag, err := s.execOn(ctx, conn, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
 	if err != nil {
 		return nil, &StoreError{Op: "complete", Key: k, Err: err}
 	}
@@ -137,14 +157,14 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if r.state == StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: c.Key, RetryAfter: min(max(r.leaseRemaining, 100*time.Millisecond), s.cfg.InProgressDelayMax)}
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(r.lease)}
 	}
 	obs.count(MetricReplayed)
 	return s.replay(c.Key, r)
 }
 
-func (s *Store) finalArgs(c Call, state string, result []byte, errType, errMsg *string) []any {
+func (s *Store) finalArgs(c Call, o outcome) []any {
 	k := c.Key
 	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
-		state, result, errType, errMsg, s.cfg.Retention.Microseconds()}
+		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}
 }

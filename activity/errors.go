@@ -14,25 +14,29 @@ import (
 // Temporal application error types of the errors this package returns. Workflows and retry
 // policies can name them (RetryPolicy.NonRetryableErrorTypes, temporal.ApplicationError.Type).
 const (
-	ErrTypePayloadMismatch = "tempotent.PayloadMismatch"     // non-retryable
-	ErrTypeInProgress      = "tempotent.InProgress"          // retryable, with a next-retry delay
-	ErrTypeOutcomeUnknown  = "tempotent.OutcomeUnknown"      // non-retryable
-	ErrTypeFencedOut       = "tempotent.FencedOut"           // retryable
-	ErrTypeBeyondHorizon   = "tempotent.BeyondReplayHorizon" // non-retryable
-	ErrTypeInvalidKey      = "tempotent.InvalidKey"          // non-retryable
-	ErrTypePayloadTooLarge = "tempotent.PayloadTooLarge"     // non-retryable
-	ErrTypeStore           = "tempotent.StoreUnavailable"    // retryable
+	ErrTypePayloadMismatch  = "tempotent.PayloadMismatch"     // non-retryable
+	ErrTypeInProgress       = "tempotent.InProgress"          // retryable, with a next-retry delay
+	ErrTypeOutcomeUnknown   = "tempotent.OutcomeUnknown"      // non-retryable
+	ErrTypeFencedOut        = "tempotent.FencedOut"           // retryable
+	ErrTypeBeyondHorizon    = "tempotent.BeyondReplayHorizon" // non-retryable
+	ErrTypeInvalidKey       = "tempotent.InvalidKey"          // non-retryable
+	ErrTypePayloadTooLarge  = "tempotent.PayloadTooLarge"     // non-retryable
+	ErrTypeStore            = "tempotent.StoreUnavailable"    // retryable
+	ErrTypeReconcileFailed  = "tempotent.ReconcileFailed"     // retryable
+	ErrTypeForwardUnsettled = "tempotent.ForwardUnsettled"    // retryable, with a next-retry delay
 )
 
 // Sentinel errors, matched with errors.Is by the typed errors below.
 var (
-	ErrPayloadMismatch = errors.New("payload mismatch")
-	ErrInProgress      = errors.New("in progress")
-	ErrOutcomeUnknown  = errors.New("outcome unknown")
-	ErrFencedOut       = errors.New("fenced out")
-	ErrBeyondHorizon   = errors.New("beyond the replay horizon")
-	ErrPayloadTooLarge = errors.New("payload too large")
-	ErrStore           = errors.New("receipt store unavailable")
+	ErrPayloadMismatch  = errors.New("payload mismatch")
+	ErrInProgress       = errors.New("in progress")
+	ErrOutcomeUnknown   = errors.New("outcome unknown")
+	ErrFencedOut        = errors.New("fenced out")
+	ErrBeyondHorizon    = errors.New("beyond the replay horizon")
+	ErrPayloadTooLarge  = errors.New("payload too large")
+	ErrStore            = errors.New("receipt store unavailable")
+	ErrReconcileFailed  = errors.New("reconcile failed")
+	ErrForwardUnsettled = errors.New("forward step not settled")
 )
 
 // MismatchError reports that a key was used again with a different request. Nothing was called.
@@ -66,17 +70,19 @@ func (e *InProgressError) Error() string {
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
 // OutcomeUnknownError reports that an earlier attempt may have had its effect (it was taken over
-// after its lease ended) and the downstream neither deduplicates on the token nor was asked
-// through a reconcile function. The receipt records this failure, so later attempts get it too:
-// find out under Token what happened, then delete the receipt or use a new key.
+// after its lease ended), calling the downstream again under the token would not be safe (Reason
+// says why: it does not deduplicate, or the token is older than its key memory), and no
+// reconcile function was given to ask it. The receipt records this failure, so later attempts
+// get it too: find out under Token what happened, then resolve the receipt by hand.
 type OutcomeUnknownError struct {
-	Key   keys.Key
-	Token keys.Token
+	Key    keys.Key
+	Token  keys.Token
+	Reason string
 }
 
 func (e *OutcomeUnknownError) Error() string {
-	return fmt.Sprintf("outcome unknown for key %s (token %s): an earlier attempt may have had its effect; the downstream does not deduplicate and no reconcile function was given, so it was not called again. Check the downstream for token %s, then resolve the receipt by hand",
-		e.Key, e.Token, e.Token)
+	return fmt.Sprintf("outcome unknown for key %s (token %s): an earlier attempt may have had its effect, and calling again is not safe (%s); no reconcile function was given, so it was not called again. Check the downstream for token %s, then resolve the receipt by hand",
+		e.Key, e.Token, e.Reason, e.Token)
 }
 
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
@@ -90,6 +96,39 @@ func (e *FencedOutError) Error() string {
 }
 
 func (e *FencedOutError) Is(target error) bool { return target == ErrFencedOut }
+
+// ReconcileError reports that asking the downstream what an earlier attempt did failed. It is
+// retryable whatever the cause (a refused connection, a 401): not knowing is not an outcome, so
+// the receipt still says an effect may have happened, its lease is released, and the next
+// attempt asks again.
+type ReconcileError struct {
+	Key   keys.Key
+	Token keys.Token
+	Err   error
+}
+
+func (e *ReconcileError) Error() string {
+	return fmt.Sprintf("reconcile key %s (token %s): %v; the receipt still says an effect may have happened, and the next attempt asks again", e.Key, e.Token, e.Err)
+}
+
+func (e *ReconcileError) Unwrap() error        { return e.Err }
+func (e *ReconcileError) Is(target error) bool { return target == ErrReconcileFailed }
+
+// ForwardUnsettledError reports, to a compensation, that the forward step it undoes may still
+// take effect: its receipt is pending and its last attempt ended less than the downstream's
+// settle time ago (or has not ended). "Nothing to undo" is not final yet; retry after
+// RetryAfter.
+type ForwardUnsettledError struct {
+	Forward    keys.Key
+	RetryAfter time.Duration
+}
+
+func (e *ForwardUnsettledError) Error() string {
+	return fmt.Sprintf("the forward step %s may still take effect (its outcome is not settled); the compensation retries in %v instead of concluding that there is nothing to undo",
+		e.Forward, e.RetryAfter)
+}
+
+func (e *ForwardUnsettledError) Is(target error) bool { return target == ErrForwardUnsettled }
 
 // HorizonError refuses an activity that was scheduled longer ago than the store's retention:
 // its receipt may have been purged, and running it again could duplicate its effect.
@@ -175,15 +214,24 @@ func toTemporal(err error) error {
 	if err == nil {
 		return nil
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return err
-	}
 	var (
+		appErr     *temporal.ApplicationError
+		reconcile  *ReconcileError
+		unsettled  *ForwardUnsettledError
 		inProgress *InProgressError
 		msg        = err.Error()
 	)
 	switch {
+	case errors.As(err, &reconcile):
+		// Before the pass-through below: the reconcile function's own error may be a
+		// non-retryable application error, and it must not end the intent.
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeReconcileFailed, temporal.ApplicationErrorOptions{Cause: err})
+	case errors.As(err, &appErr):
+		return err
+	case errors.As(err, &unsettled):
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeForwardUnsettled, temporal.ApplicationErrorOptions{
+			NextRetryDelay: unsettled.RetryAfter, Cause: err,
+		})
 	case errors.As(err, &inProgress):
 		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeInProgress, temporal.ApplicationErrorOptions{
 			NextRetryDelay: inProgress.RetryAfter, Cause: err,

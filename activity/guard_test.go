@@ -2,6 +2,7 @@ package activity_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -129,9 +130,18 @@ func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 	fresh := run("fresh", 0, false)
 	livePending := run("live", time.Hour, true)
 	expire(livePending) // expired by date, but its lease still runs: must stay
+	// An attempt that died after its effect, its lease over and its retention past: nobody
+	// knows whether the effect happened, so it is never purged.
 	deadPending := run("dead", time.Millisecond, true)
 	time.Sleep(5 * time.Millisecond)
 	expire(deadPending)
+	// An attempt that failed before sending anything: nothing to remember once it expires.
+	neverSent := call(t, "never-sent", map[string]int{"amount": 1})
+	_, err := activity.Do(ctx, s, neverSent, func(context.Context) (int, error) {
+		return 0, activity.NotApplied(errors.New("connection refused"))
+	})
+	require.Error(t, err)
+	expire(neverSent.Key)
 
 	n, err := s.Purge(ctx, 2) // bounded: two at a time
 	require.NoError(t, err)
@@ -142,6 +152,9 @@ func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 	n, err = s.Purge(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), n)
+	unresolved, err := s.Unresolved(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), unresolved, "the dead attempt's receipt is the one unresolved")
 
 	var left []string
 	rows, err := db.Query(ctx, "SELECT id FROM "+schema+".receipts ORDER BY id")
@@ -152,7 +165,7 @@ func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 		left = append(left, id)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{fresh.ID, livePending.ID}, left)
+	require.ElementsMatch(t, []string{deadPending.ID, fresh.ID, livePending.ID}, left)
 }
 
 func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {

@@ -14,9 +14,12 @@ type leaseKey struct{}
 // extends the lease through it, and its presence in a context tells Wrap that the interceptor
 // already applies a receipt, so the function is not wrapped twice.
 type leaseHolder struct {
-	store *Store
-	key   keys.Key
-	fence int64
+	store       *Store
+	key         keys.Key
+	reservation reservation
+	// cancel ends the attempt's context when an extension finds that the attempt no longer
+	// holds the receipt.
+	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
 	lastExtend time.Time
@@ -32,8 +35,10 @@ func leaseFrom(ctx context.Context) *leaseHolder {
 }
 
 // heartbeat extends the lease by a fresh lease length (see Store.leaseFor), at most once per
-// third of that length, so that frequent heartbeats stay cheap. A fenced-out attempt's extension
-// touches no row.
+// third of that length, so that frequent heartbeats stay cheap. When the extension touches no
+// row, another attempt has taken the receipt over (this one was paused past its lease, or timed
+// out while running): the attempt's context is cancelled with a FencedOutError as its cause, so
+// that it stops calling the downstream beside the attempt that now holds the key.
 func (l *leaseHolder) heartbeat(ctx context.Context) {
 	lease := l.store.leaseFor(ctx, Call{})
 	l.mu.Lock()
@@ -41,10 +46,15 @@ func (l *leaseHolder) heartbeat(ctx context.Context) {
 	if time.Since(l.lastExtend) < lease/3 {
 		return
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	wctx, cancel := l.store.writeContext(ctx)
 	defer cancel()
 	k := l.key
-	if _, err := l.store.db.Exec(wctx, l.store.sql.extend, k.Namespace, k.Tenant, k.Operation, k.ID, l.fence, lease.Microseconds()); err == nil {
+	tag, err := l.store.exec(wctx, l.store.sql.extend, k.Namespace, k.Tenant, k.Operation, k.ID, l.reservation.uuid(), lease.Microseconds())
+	switch {
+	case err != nil: // the lease stands as it was; the next heartbeat tries again
+	case tag.RowsAffected() == 0:
+		l.cancel(&FencedOutError{Key: k})
+	default:
 		l.lastExtend = time.Now()
 	}
 }

@@ -5,114 +5,186 @@ import "fmt"
 // statements holds the receipt SQL rendered for one table. Every value is a bind parameter; the
 // table name was quoted with pgx.Identifier.Sanitize. Parameters $1–$4 are always the key:
 // namespace, tenant, operation, id.
+//
+// An attempt's writes (complete, release, extend) match on its reservation, a random 128-bit
+// identity that the client generates for each reservation and takeover, never on the fence
+// number alone: a fence starts again at 1 when a reservation is lost (Postgres crashed before
+// an asynchronous commit was flushed) or its row was deleted, and a stale attempt still holding
+// that number must not write to, release or extend the new row. The fence stays as a count of
+// takeovers.
 type statements struct {
-	reserve, reserveAsync, read, takeOver, complete, completeBatch, release, extend, insertFinal, purge string
+	settings, settingsAsync, txSettings                                  string
+	reserve, read, takeOver, complete, completeSkipLocked, completeBatch string
+	release, extend, insertFinal                                         string
+	purge, countHeld, countUnresolved                                    string
 }
 
-// receiptColumns is what every read returns; scanReceipt reads them in this order.
-const receiptColumns = `fence, fingerprint, fingerprint_version, state, result, error_type, error_message,
-	(extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible`
+// receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
+// column is the time left on the lease in microseconds, negative once it has ended (how long
+// ago); age is how long ago the receipt was first reserved, which is when its token was first
+// sent.
+const receiptColumns = `fence, reservation, fingerprint, fingerprint_version, state, result, failure, error_type, error_message,
+	(extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible,
+	(extract(epoch FROM now() - created_at) * 1000000)::bigint`
+
+// unresolved is the condition of a receipt whose outcome nobody knows: recorded as
+// OutcomeUnknown, or pending with an ended lease after an attempt that may have had its effect.
+// Purge keeps such receipts however old they are; an operator resolves them.
+const unresolved = `(error_type = 'tempotent.OutcomeUnknown' OR (state = 'pending' AND effect_possible AND lease_expires_at <= now()))`
 
 func newStatements(table string) statements {
 	return statements{
-		reserve:      reserve(table, "true"),
-		reserveAsync: reserve(table, "set_config('synchronous_commit', 'off', true) IS NOT NULL"),
+		// settings go in the same round trip and implicit transaction as each receipt statement
+		// (see Store.send), local to that transaction: a lock wait or a stuck statement fails
+		// after the store's timeouts instead of holding an attempt, or a whole batch of
+		// completions, until the activity's deadline. $1 and $2 are in milliseconds.
+		settings: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`,
+		// settingsAsync also lets the transaction commit without waiting for its WAL flush; see
+		// Store.reserveSettings for when that is safe.
+		settingsAsync: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
+	set_config('synchronous_commit', 'off', true)`,
+
+		// txSettings open a DoTx transaction: its lock timeout, and how long it may sit idle
+		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
+		txSettings: `SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`,
+
+		reserve: reserve(table),
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
 			table, receiptColumns),
 
-		// takeOver claims a pending receipt whose lease has ended. Race: two attempts may see the
-		// same ended lease; the fence = $5 condition lets exactly one of them win, and the
-		// loser's fence no longer matches for complete or release.
+		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6.
+		// Race: two attempts may see the same ended lease; matching the reservation they saw
+		// ($5, NULL on receipts older than reservation identities) lets exactly one of them win,
+		// and the loser's reservation matches nothing afterwards.
 		takeOver: fmt.Sprintf(`
-UPDATE %[1]s SET fence = fence + 1, attempts = attempts + 1, effect_possible = true,
-	lease_expires_at = now() + $6::bigint * interval '1 microsecond',
-	expires_at = now() + $6::bigint * interval '1 microsecond' + $7::bigint * interval '1 microsecond',
+UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, effect_possible = true,
+	lease_expires_at = now() + $7::bigint * interval '1 microsecond',
+	expires_at = now() + $7::bigint * interval '1 microsecond' + $8::bigint * interval '1 microsecond',
 	updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
-	AND fence = $5 AND state = 'pending' AND lease_expires_at <= now()
+	AND reservation IS NOT DISTINCT FROM $5 AND state = 'pending' AND lease_expires_at <= now()
 RETURNING fence`, table),
 
-		// complete records one attempt's outcome and returns its key. Race: an attempt that was
-		// taken over (paused past its lease, or timed out while still running) still holds its
-		// old fence; fence = $5 makes its late write touch no row, so it can never overwrite the
-		// newer attempt's outcome. expires_at only grows, so that the update can be HOT.
+		// complete records one attempt's outcome. Race: an attempt that was taken over (paused
+		// past its lease, timed out while still running, or holding a reservation that was lost)
+		// no longer matches the row's reservation, so its late write touches nothing. The
+		// fingerprint must match too: a row reserved again for another request never takes this
+		// request's result. expires_at only grows, so that the update can be HOT.
 		complete: fmt.Sprintf(`
-UPDATE %[1]s SET state = $6, result = $7, error_type = $8, error_message = $9,
+UPDATE %[1]s SET state = $8, result = $9, failure = $10, error_type = $11, error_message = $12,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
-	expires_at = greatest(expires_at, now() + $10::bigint * interval '1 microsecond')
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'
-RETURNING namespace, tenant, operation, id`, table),
+	expires_at = greatest(expires_at, now() + $13::bigint * interval '1 microsecond')
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
+	AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND state = 'pending'`, table),
 
-		// completeBatch is complete for many attempts at once, $1–$9 arrays with one element per
-		// attempt and at most one per key. (A batch of one uses complete: a statement whose size
-		// the planner cannot know is planned afresh on every execution.)
+		// completeSkipLocked is complete for the writer of a batch of one: a row locked
+		// elsewhere is skipped rather than waited for, so that the completions queued behind it
+		// do not wait either (see completions).
+		completeSkipLocked: fmt.Sprintf(`
+WITH target AS (
+	SELECT ctid FROM %[1]s
+	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
+		AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND state = 'pending'
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s AS r SET state = $8, result = $9, failure = $10, error_type = $11, error_message = $12,
+	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
+	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
+FROM target WHERE r.ctid = target.ctid`, table),
+
+		// completeBatch is complete for many attempts at once: $1–$12 are arrays with one element
+		// per attempt and at most one per key; it returns the reservations it completed. Rows
+		// locked elsewhere are skipped, not waited for, so that one locked receipt never holds up
+		// the other completions of the batch; the caller writes a skipped completion on its own
+		// with complete, which tells a lock (a wait, then a write) from a fenced-out attempt
+		// (no row). (A batch of one uses completeSkipLocked: a statement whose size the planner
+		// cannot know is planned afresh on every execution.)
 		completeBatch: fmt.Sprintf(`
-UPDATE %[1]s AS r SET state = b.state, result = b.result, error_type = b.error_type,
-	error_message = b.error_message, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
-	expires_at = greatest(r.expires_at, now() + $10::bigint * interval '1 microsecond')
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bytea[], $8::text[], $9::text[])
-	AS b(namespace, tenant, operation, id, fence, state, result, error_type, error_message)
-WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)
-	AND r.fence = b.fence AND r.state = 'pending'
-RETURNING r.namespace, r.tenant, r.operation, r.id`, table),
+WITH b AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::bytea[], $7::smallint[],
+		$8::text[], $9::bytea[], $10::bytea[], $11::text[], $12::text[])
+	AS b(namespace, tenant, operation, id, reservation, fingerprint, fingerprint_version,
+		state, result, failure, error_type, error_message)
+), target AS (
+	SELECT r.ctid, b.* FROM %[1]s AS r JOIN b USING (namespace, tenant, operation, id)
+	WHERE r.reservation = b.reservation AND r.fingerprint = b.fingerprint
+		AND r.fingerprint_version = b.fingerprint_version AND r.state = 'pending'
+	FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE %[1]s AS r SET state = t.state, result = t.result, failure = t.failure, error_type = t.error_type,
+	error_message = t.error_message, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
+	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
+FROM target AS t
+WHERE r.ctid = t.ctid
+RETURNING r.reservation`, table),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
-		// once, with the same token. Fenced like complete.
+		// once, with the same token, and records whether an effect may have happened ($6).
+		// Matched on the reservation like complete.
 		release: fmt.Sprintf(`
 UPDATE %[1]s SET lease_expires_at = now(), effect_possible = $6, updated_at = now()
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'`, table),
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND state = 'pending'`, table),
 
-		// extend moves the lease forward on a heartbeat. Fenced like complete.
+		// extend moves the lease forward on a heartbeat. Matched on the reservation like
+		// complete: an attempt that was taken over extends nothing, and learns so.
 		extend: fmt.Sprintf(`
 UPDATE %[1]s SET lease_expires_at = now() + $6::bigint * interval '1 microsecond', updated_at = now()
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND fence = $5 AND state = 'pending'`, table),
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND state = 'pending'`, table),
 
 		// insertFinal writes a finished receipt in one statement (DoTx). It is a plain INSERT on
 		// purpose: when a concurrent duplicate committed first, the unique index fails it, which
 		// aborts the transaction it was sent in, business writes included.
 		insertFinal: fmt.Sprintf(`
 INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
-	state, result, error_type, error_message, completed_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), now() + $12::bigint * interval '1 microsecond')`, table),
+	state, result, failure, error_type, error_message, completed_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond')`, table),
 
-		// purge deletes up to $1 expired receipts. A pending receipt is deleted only once its
-		// lease has ended too, so a live attempt never loses its receipt. SKIP LOCKED lets
-		// several purgers run without waiting on each other.
+		// purge deletes up to $1 expired receipts whose outcome is settled: completed, failed
+		// for a known reason, or pending after an attempt that certainly had no effect and whose
+		// lease has ended. Unresolved receipts are never deleted, however old: deleting one would
+		// forget that an effect may have happened. SKIP LOCKED lets several purgers run without
+		// waiting on each other.
 		purge: fmt.Sprintf(`
 DELETE FROM %[1]s WHERE ctid IN (
 	SELECT ctid FROM %[1]s
-	WHERE expires_at <= now() AND (state <> 'pending' OR lease_expires_at <= now())
+	WHERE expires_at <= now() AND (state = 'completed'
+		OR (state = 'failed' AND error_type IS DISTINCT FROM 'tempotent.OutcomeUnknown')
+		OR (state = 'pending' AND NOT effect_possible AND lease_expires_at <= now()))
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table),
+
+		// countHeld counts the expired receipts that purge keeps because they are unresolved.
+		countHeld: fmt.Sprintf(`SELECT count(*) FROM %[1]s WHERE expires_at <= now() AND %[2]s`, table, unresolved),
+
+		// countUnresolved counts every unresolved receipt, expired or not.
+		countUnresolved: fmt.Sprintf(`SELECT count(*) FROM %[1]s
+WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
 	}
 }
 
-// reserve inserts a pending receipt, or returns the one already there, in one round trip. It
-// looks the key up first and attempts the INSERT only when that found nothing, so that a replay
-// costs one index lookup and writes nothing. Race: under READ COMMITTED a receipt committed by a
-// concurrent attempt after this statement's snapshot is invisible to the lookup and makes the
-// INSERT do nothing, so no row comes back; the caller then reads again in a new statement.
-//
-// condition guards the INSERT as well. reserveAsync uses it to switch synchronous_commit off for
-// the statement's own transaction (set_config's is_local), which the server reads when it
-// commits: the reservation then commits without waiting for its WAL flush. See
-// Store.reserveStatement for when that is safe.
-func reserve(table, condition string) string {
+// reserve inserts a pending receipt under reservation $8, or returns the one already there, in
+// one round trip. It looks the key up first and attempts the INSERT only when that found
+// nothing, so that a replay costs one index lookup and writes nothing. Race: under READ
+// COMMITTED a receipt committed by a concurrent attempt after this statement's snapshot is
+// invisible to the lookup and makes the INSERT do nothing, so no row comes back; the caller then
+// reads again in a new statement.
+func reserve(table string) string {
 	return fmt.Sprintf(`
 WITH existing AS (
 	SELECT %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 ), inserted AS (
 	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
-		state, lease_expires_at, expires_at)
-	SELECT $1, $2, $3, $4, $5, $6, $7, 'pending',
-		now() + $8::bigint * interval '1 microsecond',
-		now() + $8::bigint * interval '1 microsecond' + $9::bigint * interval '1 microsecond'
-	WHERE NOT EXISTS (SELECT FROM existing) AND %[3]s
+		state, reservation, lease_expires_at, expires_at)
+	SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', $8,
+		now() + $9::bigint * interval '1 microsecond',
+		now() + $9::bigint * interval '1 microsecond' + $10::bigint * interval '1 microsecond'
+	WHERE NOT EXISTS (SELECT FROM existing)
 	ON CONFLICT DO NOTHING
 	RETURNING fence
 )
-SELECT true, fence, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::text, NULL::text, NULL::bigint, true
+SELECT true, fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
+	NULL::bigint, true, 0::bigint
 FROM inserted
 UNION ALL
-SELECT false, existing.* FROM existing`, table, receiptColumns, condition)
+SELECT false, existing.* FROM existing`, table, receiptColumns)
 }

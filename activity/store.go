@@ -4,11 +4,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -34,6 +38,12 @@ const (
 	InProgressWaitDefault = time.Second
 	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
 	PurgeBatchDefault = 1000
+	// LockTimeoutDefault bounds how long a receipt statement waits for a row lock held
+	// elsewhere (Postgres' lock_timeout, set for that statement alone).
+	LockTimeoutDefault = 2 * time.Second
+	// StatementTimeoutDefault bounds how long one receipt statement may run (Postgres'
+	// statement_timeout, set for that statement alone).
+	StatementTimeoutDefault = 5 * time.Second
 )
 
 // Config configures a Store. The zero Config (or nil) is valid: WithDefaults fills every field.
@@ -53,9 +63,32 @@ type Config struct {
 	// a few milliseconds later, instead of a retry seconds later. Default InProgressWaitDefault;
 	// negative turns waiting off.
 	InProgressWait time.Duration
-	// DataConverter encodes results into the Temporal payloads that receipts store. Use the
-	// same converter as the worker's client. Default converter.GetDefaultDataConverter().
+	// LockTimeout bounds how long a receipt statement waits for a row lock that another
+	// transaction holds; the statement then fails with a retryable StoreError, or, for a
+	// DoTx whose duplicate holds the lock, an InProgressError. It also applies to the
+	// statements of DoTx's function, so that a duplicate never waits on an attempt that
+	// stalled with its transaction open. Default LockTimeoutDefault.
+	LockTimeout time.Duration
+	// StatementTimeout bounds how long one receipt statement may run. Default
+	// StatementTimeoutDefault.
+	StatementTimeout time.Duration
+	// DataConverter encodes results into the Temporal payloads that receipts store, and
+	// decodes them for Do's caller. Give the worker client's payload conversion without its
+	// codecs: a receipt returns the stored payload to the SDK, which applies the client's codecs
+	// (encryption, compression) once on the way out; a payload already encoded by them would be
+	// encoded twice. NewStore refuses a converter.CodecDataConverter for that reason; put its
+	// codecs in Codecs to keep stored results encrypted too. Default
+	// converter.GetDefaultDataConverter().
 	DataConverter converter.DataConverter
+	// Codecs, when set, encode the results and failure details a receipt stores (applied
+	// last to first, as converter.NewCodecDataConverter does) and decode them when the receipt
+	// is replayed: give your encryption codec to keep stored results encrypted at rest. Without
+	// it, the receipts table holds results as the DataConverter made them, unencrypted.
+	Codecs []converter.PayloadCodec
+	// MetricsHandler receives the store's own gauges, those not tied to one activity (see
+	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
+	// receipts go to that activity's metrics handler.
+	MetricsHandler client.MetricsHandler
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.
@@ -69,8 +102,13 @@ func (c *Config) WithDefaults() Config {
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, InProgressDelayMaxDefault)
 	out.InProgressWait = cmp.Or(out.InProgressWait, InProgressWaitDefault)
+	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
 	if out.DataConverter == nil {
 		out.DataConverter = converter.GetDefaultDataConverter()
+	}
+	if out.MetricsHandler == nil {
+		out.MetricsHandler = client.MetricsNopHandler
 	}
 	return out
 }
@@ -85,6 +123,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("Config.InProgressDelayMax is %v; it must not be negative", c.InProgressDelayMax)
 	case len(c.Schema) > 63:
 		return fmt.Errorf("Config.Schema %q is longer than Postgres' 63-byte identifier limit", c.Schema)
+	case c.LockTimeout < time.Millisecond:
+		return fmt.Errorf("Config.LockTimeout is %v; it must be at least a millisecond", c.LockTimeout)
+	case c.StatementTimeout < time.Millisecond:
+		return fmt.Errorf("Config.StatementTimeout is %v; it must be at least a millisecond", c.StatementTimeout)
+	}
+	if _, ok := c.DataConverter.(*converter.CodecDataConverter); ok {
+		return errors.New("Config.DataConverter is a codec data converter: give the converter it wraps and put its codecs in Config.Codecs. " +
+			"The SDK applies the client's codecs to what a receipt returns; a stored payload encoded by them already would be encoded twice")
 	}
 	return nil
 }
@@ -96,6 +142,10 @@ type Store struct {
 	cfg         Config
 	sql         statements
 	completions *completions
+	failures    converter.FailureConverter
+	// lockTimeout and statementTimeout are the settings' values in milliseconds, as
+	// set_config takes them.
+	lockTimeout, statementTimeout string
 }
 
 // NewStore returns a Store on db. It does not touch the database: call Migrate (or apply
@@ -109,10 +159,51 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("activity.NewStore: %w", err)
 	}
-	s := &Store{db: db, cfg: c, sql: newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize())}
+	// Failure details are stored as the SDK sends them, codecs applied: a replayed failure goes
+	// back to the SDK as it was recorded.
+	failureDetails := c.DataConverter
+	if len(c.Codecs) > 0 {
+		failureDetails = converter.NewCodecDataConverter(c.DataConverter, c.Codecs...)
+	}
+	s := &Store{
+		db:               db,
+		cfg:              c,
+		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
+		failures:         temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: failureDetails}),
+		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
+		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
+	}
 	s.completions = &completions{store: s}
 	return s, nil
 }
 
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
+
+// seal applies Config.Codecs to a result before it is stored, last to first as the SDK does.
+func (s *Store) seal(p *commonpb.Payload) (*commonpb.Payload, error) {
+	ps := []*commonpb.Payload{p}
+	for i := len(s.cfg.Codecs) - 1; i >= 0; i-- {
+		var err error
+		if ps, err = s.cfg.Codecs[i].Encode(ps); err != nil {
+			return nil, fmt.Errorf("encode result with Config.Codecs: %w", err)
+		}
+	}
+	return ps[0], nil
+}
+
+// open reverses seal on a stored result, so that what the receipt returns is the DataConverter's
+// payload, which the SDK encodes with the client's codecs once.
+func (s *Store) open(p *commonpb.Payload) (*commonpb.Payload, error) {
+	ps := []*commonpb.Payload{p}
+	for _, c := range s.cfg.Codecs {
+		var err error
+		if ps, err = c.Decode(ps); err != nil {
+			return nil, fmt.Errorf("decode recorded result with Config.Codecs: %w", err)
+		}
+	}
+	if len(ps) != 1 {
+		return nil, fmt.Errorf("decode recorded result with Config.Codecs: got %d payloads, want 1", len(ps))
+	}
+	return ps[0], nil
+}

@@ -1,0 +1,106 @@
+package activity
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// reservation identifies one reservation or takeover of a receipt: 128 random bits from the
+// client, so that no two attempts ever hold the same one, whatever the database lost or purged
+// (see statements).
+type reservation [16]byte
+
+func newReservation() reservation {
+	var r reservation
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return r
+}
+
+// uuid is r as the bind parameter of a uuid column.
+func (r reservation) uuid() pgtype.UUID { return pgtype.UUID{Bytes: r, Valid: true} }
+
+// batcher is where receipt statements go: the pool, or the connection that DoTx holds.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// send sends stmt behind settings (s.sql.settings or s.sql.settingsAsync), in one round trip
+// and one implicit transaction, so that the settings — local to that transaction — hold for
+// stmt alone: its lock and statement timeouts, and for an asynchronous reservation its commit.
+func (s *Store) send(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.BatchResults {
+	b := &pgx.Batch{}
+	b.Queue(settings, s.lockTimeout, s.statementTimeout)
+	b.Queue(stmt, args...)
+	return db.SendBatch(ctx, b)
+}
+
+// exec runs stmt under the store's timeouts.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) (pgconn.CommandTag, error) {
+	return s.execOn(ctx, s.db, stmt, args...)
+}
+
+func (s *Store) execOn(ctx context.Context, db batcher, stmt string, args ...any) (pgconn.CommandTag, error) {
+	res := s.send(ctx, db, s.sql.settings, stmt, args...)
+	_, err := res.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// queryRow runs stmt under settings and returns its one row.
+func (s *Store) queryRow(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.Row {
+	return settledRow{s.send(ctx, db, settings, stmt, args...)}
+}
+
+// settledRow is the row of a statement sent behind its settings.
+type settledRow struct{ res pgx.BatchResults }
+
+func (r settledRow) Scan(dest ...any) error {
+	_, err := r.res.Exec()
+	if err == nil {
+		err = r.res.QueryRow().Scan(dest...)
+	}
+	if cerr := r.res.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// query runs stmt under the store's timeouts and calls each for every row.
+func (s *Store) query(ctx context.Context, stmt string, args []any, each func(pgx.Rows) error) error {
+	res := s.send(ctx, s.db, s.sql.settings, stmt, args...)
+	_, err := res.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		rows, err = res.Query()
+		for err == nil && rows.Next() {
+			err = each(rows)
+		}
+		if rows != nil {
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// isLockTimeout reports whether err is Postgres giving up on a lock (lock_timeout).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}

@@ -1,0 +1,2 @@
+DROP INDEX {{schema}}.receipts_unresolved_idx;
+ALTER TABLE {{schema}}.receipts DROP COLUMN failure, DROP COLUMN reservation;
