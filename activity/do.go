@@ -491,7 +491,7 @@ func (s *Store) failureOf(err error) *failurepb.Failure {
 		err = appErr
 	}
 	// An error that came from another failure carries it; clone it before marking it.
-	f := proto.Clone(s.failures.ErrorToFailure(err)).(*failurepb.Failure)
+	f := proto.Clone(s.cfg.FailureConverter.ErrorToFailure(err)).(*failurepb.Failure)
 	info := f.GetApplicationFailureInfo()
 	if info == nil {
 		info = &failurepb.ApplicationFailureInfo{Type: fmt.Sprintf("%T", err)}
@@ -565,7 +565,7 @@ func (s *Store) replayFailure(k keys.Key, r receipt) error {
 	if cause == nil && r.failure != nil {
 		f := new(failurepb.Failure)
 		if err := proto.Unmarshal(r.failure, f); err == nil {
-			return s.failures.FailureToError(f)
+			return s.cfg.FailureConverter.FailureToError(f)
 		}
 	}
 	return temporal.NewNonRetryableApplicationError(deref(r.errMessage), deref(r.errType), cause)

@@ -75,6 +75,13 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		if rbErr := tx.Rollback(wctx); rbErr != nil {
 			return nil, &StoreError{Op: "roll back", Key: k, Err: errors.Join(err, rbErr)}
 		}
+		if isLockTimeout(err) {
+			// fn waited longer than the lock timeout for a row that another transaction holds:
+			// most likely a duplicate of this intent, running or stalled with its transaction
+			// open. Nothing was written; the retry finds its receipt, or runs fn again.
+			obs.count(MetricInProgress)
+			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+		}
 		if !s.isFinal(ctx, err) {
 			return nil, err // nothing was written; the retry runs fn again
 		}

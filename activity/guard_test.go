@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
@@ -106,7 +108,8 @@ func TestReplayHorizonGuard(t *testing.T) {
 func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, schema := setup(t, nil)
+	held := &gaugeRecorder{}
+	s, schema := setup(t, &activity.Config{MetricsHandler: held})
 	db := pgtest.Pool(t)
 	run := func(id string, lease time.Duration, crash bool) keys.Key {
 		c := call(t, id, map[string]int{"amount": 1})
@@ -155,6 +158,7 @@ func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 	unresolved, err := s.Unresolved(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), unresolved, "the dead attempt's receipt is the one unresolved")
+	require.Equal(t, 1.0, held.value(activity.MetricUnresolvedHeld), "the receipt kept back is not reported")
 
 	var left []string
 	rows, err := db.Query(ctx, "SELECT id FROM "+schema+".receipts ORDER BY id")
@@ -232,3 +236,31 @@ func TestConfigValidation(t *testing.T) {
 	_, err = activity.NewStore(pgtest.Pool(t), &activity.Config{MaxPayloadBytes: -1})
 	require.ErrorContains(t, err, "Config.MaxPayloadBytes")
 }
+
+// gaugeRecorder is a metrics handler that keeps the last value of each gauge.
+type gaugeRecorder struct {
+	client.MetricsHandler
+	mu     sync.Mutex
+	gauges map[string]float64
+}
+
+func (g *gaugeRecorder) Gauge(name string) client.MetricsGauge {
+	return gaugeFunc(func(v float64) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.gauges == nil {
+			g.gauges = map[string]float64{}
+		}
+		g.gauges[name] = v
+	})
+}
+
+func (g *gaugeRecorder) value(name string) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gauges[name]
+}
+
+type gaugeFunc func(float64)
+
+func (f gaugeFunc) Update(v float64) { f(v) }

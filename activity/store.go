@@ -80,11 +80,18 @@ type Config struct {
 	// codecs in Codecs to keep stored results encrypted too. Default
 	// converter.GetDefaultDataConverter().
 	DataConverter converter.DataConverter
-	// Codecs, when set, encode the results and failure details a receipt stores (applied
-	// last to first, as converter.NewCodecDataConverter does) and decode them when the receipt
-	// is replayed: give your encryption codec to keep stored results encrypted at rest. Without
-	// it, the receipts table holds results as the DataConverter made them, unencrypted.
+	// Codecs, when set, encode the results a receipt stores (applied last to first, as
+	// converter.NewCodecDataConverter does) and decode them when the receipt is replayed: give
+	// your encryption codec to keep stored results encrypted at rest. Without it, the receipts
+	// table holds results as the DataConverter made them, unencrypted.
 	Codecs []converter.PayloadCodec
+	// FailureConverter records a final failure as a Temporal failure and turns it back into
+	// the error a replay returns, with its type, message, details and cause. Use the same one
+	// as the worker's client (client.Options.FailureConverter), so that a replayed failure's
+	// details are encoded as the first execution's were. Failures are stored as it makes them:
+	// the SDK's default converter does not apply the client's codecs to failure details.
+	// Default temporal.GetDefaultFailureConverter().
+	FailureConverter converter.FailureConverter
 	// MetricsHandler receives the store's own gauges, those not tied to one activity (see
 	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
 	// receipts go to that activity's metrics handler.
@@ -106,6 +113,9 @@ func (c *Config) WithDefaults() Config {
 	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
 	if out.DataConverter == nil {
 		out.DataConverter = converter.GetDefaultDataConverter()
+	}
+	if out.FailureConverter == nil {
+		out.FailureConverter = temporal.GetDefaultFailureConverter()
 	}
 	if out.MetricsHandler == nil {
 		out.MetricsHandler = client.MetricsNopHandler
@@ -142,7 +152,6 @@ type Store struct {
 	cfg         Config
 	sql         statements
 	completions *completions
-	failures    converter.FailureConverter
 	// lockTimeout and statementTimeout are the settings' values in milliseconds, as
 	// set_config takes them.
 	lockTimeout, statementTimeout string
@@ -159,17 +168,10 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("activity.NewStore: %w", err)
 	}
-	// Failure details are stored as the SDK sends them, codecs applied: a replayed failure goes
-	// back to the SDK as it was recorded.
-	failureDetails := c.DataConverter
-	if len(c.Codecs) > 0 {
-		failureDetails = converter.NewCodecDataConverter(c.DataConverter, c.Codecs...)
-	}
 	s := &Store{
 		db:               db,
 		cfg:              c,
 		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
-		failures:         temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: failureDetails}),
 		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
 		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
 	}
