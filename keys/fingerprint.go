@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +21,9 @@ import (
 const FingerprintVersion = 1
 
 // ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
-// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, or an object
-// with a repeated member name.
+// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, an object
+// with a repeated member name, or a number whose exponent is beyond the int32 range (written or
+// canonical).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
@@ -63,7 +65,8 @@ func FingerprintOf(v any) (Fingerprint, error) {
 // members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
 // re-encoded without HTML escaping, and numbers in the exact decimal form described at
 // canonicalNumber. It refuses invalid UTF-8 and repeated member names, which JSON decoders
-// resolve differently, instead of guessing.
+// resolve differently, and numbers with exponents it cannot represent exactly, instead of
+// guessing.
 func Canonicalize(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, fmt.Errorf("canonicalize: %w: invalid UTF-8", ErrNotCanonicalizable)
@@ -180,25 +183,35 @@ func writeString(out *bytes.Buffer, s string) error {
 // with leading and trailing zeros removed, then "e" and the decimal exponent when it is not zero
 // ("1.50" → "15e-1", "100" → "1e2", "-0.0" → "0"). It never rounds, so amounts beyond float64
 // precision still compare exactly.
+//
+// Exponents are bounded so that no arithmetic on them can wrap: the exponent as written and the
+// exponent of the canonical form must both lie in the int32 range, and the shift between them
+// (the number of digits moved) is computed in int64, where it cannot overflow for any input that
+// fits in memory. A number outside these bounds is refused rather than given a form that another
+// value might share (with wrapping int arithmetic, 1.5e-9223372036854775808 and
+// 15e9223372036854775807 both became "15e9223372036854775807"). Bounding the canonical exponent
+// too keeps every canonical form canonicalisable again.
 func canonicalNumber(lit string) (string, error) {
 	neg := strings.HasPrefix(lit, "-")
 	lit = strings.TrimPrefix(lit, "-")
 	mant, expPart, hasExp := strings.Cut(strings.ToLower(lit), "e")
-	exp := 0
+	var exp int64
 	if hasExp {
-		e, err := strconv.Atoi(expPart)
+		e, err := strconv.ParseInt(expPart, 10, 32)
 		if err != nil {
-			return "", fmt.Errorf("number %q: exponent out of range", lit)
+			return "", fmt.Errorf("number %q: exponent beyond ±2^31; such a number has no canonical form here", lit)
 		}
 		exp = e
 	}
 	intPart, frac, _ := strings.Cut(mant, ".")
 	digits := strings.TrimLeft(intPart+frac, "0")
-	exp -= len(frac)
 	trimmed := strings.TrimRight(digits, "0")
-	exp += len(digits) - len(trimmed)
 	if trimmed == "" {
 		return "0", nil
+	}
+	exp += int64(len(digits)-len(trimmed)) - int64(len(frac))
+	if exp < math.MinInt32 || exp > math.MaxInt32 {
+		return "", fmt.Errorf("number %q: its canonical exponent %d is beyond ±2^31; such a number has no canonical form here", lit, exp)
 	}
 	var b strings.Builder
 	if neg {
@@ -207,7 +220,7 @@ func canonicalNumber(lit string) (string, error) {
 	b.WriteString(trimmed)
 	if exp != 0 {
 		b.WriteByte('e')
-		b.WriteString(strconv.Itoa(exp))
+		b.WriteString(strconv.FormatInt(exp, 10))
 	}
 	return b.String(), nil
 }

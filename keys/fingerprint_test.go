@@ -34,6 +34,79 @@ func TestCanonicalize(t *testing.T) {
 	}
 }
 
+// TestCanonicalizeExponentBounds checks that a number whose exponent cannot be represented is
+// refused rather than wrapped: 1.5e-9223372036854775808 and 15e9223372036854775807 are far
+// apart, and an exponent computed in wrapping arithmetic gave both the same canonical form.
+func TestCanonicalizeExponentBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in, want string // want "" means refused
+	}{
+		{"LargestExponent", `1e2147483647`, `1e2147483647`},
+		{"SmallestExponent", `1e-2147483648`, `1e-2147483648`},
+		{"PlusSignAndLeadingZeros", `1e+0002`, `1e2`},
+		{"FractionShiftsWithinRange", `0.1e2147483647`, `1e2147483646`},
+		{"TrailingZerosShiftWithinRange", `100e-2147483648`, `1e-2147483646`},
+		{"ExponentBeyondInt32", `1e2147483648`, ``},
+		{"ExponentBelowInt32", `1e-2147483649`, ``},
+		{"CanonicalExponentBeyondInt32", `10e2147483647`, ``},
+		{"CanonicalExponentBelowInt32", `0.1e-2147483648`, ``},
+		{"WrapsAtMinInt64", `1.5e-9223372036854775808`, ``},
+		{"MaxInt64", `15e9223372036854775807`, ``},
+		{"BeyondInt64", `1e99999999999999999999`, ``},
+		{"ZeroWithHugeExponent", `0e99999999999`, ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := keys.Canonicalize([]byte(tc.in))
+			if tc.want == "" {
+				require.ErrorIs(t, err, keys.ErrNotCanonicalizable, "accepted as %s", got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(got))
+			again, err := keys.Canonicalize(got)
+			require.NoError(t, err, "the canonical form is refused")
+			require.Equal(t, string(got), string(again))
+		})
+	}
+}
+
+// TestCanonicalNumbersDistinct checks both halves of "one form per value": spellings of one
+// value share a form, and different values never do, however large their exponents.
+func TestCanonicalNumbersDistinct(t *testing.T) {
+	t.Parallel()
+	for _, same := range [][]string{
+		{`1`, `1.0`, `10e-1`, `0.1e1`, `1E0`, `1e+0`, `100e-2`},
+		{`-25e2147483645`, `-2.5e2147483646`, `-0.25e2147483647`},
+		{`0`, `-0`, `0.000`, `0e5`, `-0e-5`},
+	} {
+		want, err := keys.Canonicalize([]byte(same[0]))
+		require.NoError(t, err)
+		for _, s := range same[1:] {
+			got, err := keys.Canonicalize([]byte(s))
+			require.NoError(t, err, s)
+			require.Equal(t, string(want), string(got), "%s and %s", same[0], s)
+		}
+	}
+	seen := map[string]string{}
+	for _, n := range []string{
+		`1`, `-1`, `10`, `0.1`, `15`, `1.5`, `15e2147483646`, `1.5e2147483646`, `15e-2147483647`,
+		`1.5e-2147483647`, `1e2147483647`, `1e-2147483648`, `0`, `12345678901234567890123`,
+		`12345678901234567890124`, `1.5e-9223372036854775808`, `15e9223372036854775807`,
+		`1e9223372036854775807`, `1e-9223372036854775808`,
+	} {
+		got, err := keys.Canonicalize([]byte(n))
+		if err != nil {
+			require.ErrorIs(t, err, keys.ErrNotCanonicalizable, n)
+			continue
+		}
+		other, dup := seen[string(got)]
+		require.False(t, dup, "%s and %s share the canonical form %s", other, n, got)
+		seen[string(got)] = n
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	a, err := keys.FingerprintJSON([]byte(`{"amount":100,"currency":"eur","meta":{"a":1,"b":2}}`))
