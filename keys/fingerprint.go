@@ -22,8 +22,8 @@ const FingerprintVersion = 1
 
 // ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
 // the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, an object
-// with a repeated member name, or a number whose exponent is beyond the int32 range (written or
-// canonical).
+// with a repeated member name, a string or member name with an unpaired surrogate escape (such
+// as "\ud800"), or a number whose exponent is beyond the int32 range (written or canonical).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
@@ -64,12 +64,15 @@ func FingerprintOf(v any) (Fingerprint, error) {
 // Canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
 // members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
 // re-encoded without HTML escaping, and numbers in the exact decimal form described at
-// canonicalNumber. It refuses invalid UTF-8 and repeated member names, which JSON decoders
-// resolve differently, and numbers with exponents it cannot represent exactly, instead of
-// guessing.
+// canonicalNumber. It refuses what JSON decoders resolve differently or lossily, instead of
+// guessing: invalid UTF-8, repeated member names, unpaired surrogate escapes (see
+// checkSurrogateEscapes) and numbers with exponents it cannot represent exactly.
 func Canonicalize(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, fmt.Errorf("canonicalize: %w: invalid UTF-8", ErrNotCanonicalizable)
+	}
+	if err := checkSurrogateEscapes(raw); err != nil {
+		return nil, fmt.Errorf("canonicalize: %w: %w", ErrNotCanonicalizable, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -167,6 +170,60 @@ func canonicalArray(dec *json.Decoder, out *bytes.Buffer) error {
 	}
 	out.WriteByte(']')
 	return nil
+}
+
+// checkSurrogateEscapes refuses a string or member name of raw that holds an unpaired UTF-16
+// surrogate escape: a high surrogate \uD800–\uDBFF not immediately followed by a low surrogate
+// escape \uDC00–\uDFFF, or a low surrogate without a high one before it. encoding/json decodes
+// each of them to U+FFFD, so without this check "\ud800", "\udfff" and "\ufffd" (which is legal
+// and stays accepted) would be one request. A paired escape is the character it spells and
+// canonicalises to that character in UTF-8.
+//
+// It looks at the raw bytes because the decoded strings no longer tell the escapes apart. It
+// only follows string boundaries and escapes; anything malformed is left to the decoder, which
+// reports it.
+func checkSurrogateEscapes(raw []byte) error {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		if !inString {
+			inString = raw[i] == '"'
+			continue
+		}
+		switch raw[i] {
+		case '"':
+			inString = false
+		case '\\':
+			r, ok := unicodeEscape(raw[i:])
+			if !ok {
+				i++ // a one-character escape such as \" or \n, or a malformed one
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := unicodeEscape(raw[i+6:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11 // the pair
+					continue
+				}
+				return fmt.Errorf("string at byte %d: high surrogate escape %s is not followed by a low surrogate escape; JSON decoders replace it with U+FFFD, so send the character itself or a complete surrogate pair", i, raw[i:i+6])
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Errorf("string at byte %d: low surrogate escape %s has no high surrogate escape before it; JSON decoders replace it with U+FFFD, so send the character itself or a complete surrogate pair", i, raw[i:i+6])
+			}
+			i += 5
+		}
+	}
+	return nil
+}
+
+// unicodeEscape decodes the \uXXXX escape at the start of b, if there is one.
+func unicodeEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	if err != nil {
+		return 0, false
+	}
+	return rune(v), true
 }
 
 func writeString(out *bytes.Buffer, s string) error {

@@ -107,6 +107,60 @@ func TestCanonicalNumbersDistinct(t *testing.T) {
 	}
 }
 
+// TestCanonicalizeSurrogateEscapes checks that a string with an unpaired surrogate escape is
+// refused: encoding/json decodes every one of them to U+FFFD, so "\ud800", "\udfff" and
+// "\ufffd" would be one request. Paired escapes are the character they spell.
+func TestCanonicalizeSurrogateEscapes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in, want string // want "" means refused
+	}{
+		{"Pair", `"\ud83d\ude00"`, `"😀"`},
+		{"PairUpperCase", `"\uD83D\uDE00"`, `"😀"`},
+		{"PairInName", `{"\ud83d\ude00":1}`, `{"😀":1}`},
+		{"LastPair", `"\udbff\udfff"`, "\"\U0010FFFF\""},
+		{"ReplacementCharacter", `"\ufffd"`, "\"\uFFFD\""},
+		{"EscapedBackslashBeforeU", `"\\ud800"`, `"\\ud800"`},
+		{"HighAlone", `"\ud800"`, ``},
+		{"LowAlone", `"\udfff"`, ``},
+		{"HighAtEnd", `"a\ud83d"`, ``},
+		{"HighThenText", `"\ud83dx"`, ``},
+		{"HighThenHigh", `"\ud83d\ud83d"`, ``},
+		{"HighThenOtherEscape", `"\ud83d\u0041"`, ``},
+		{"HighThenNewlineEscape", `"\ud83d\n"`, ``},
+		{"LowThenHigh", `"\ude00\ud83d"`, ``},
+		{"PairThenLow", `"\ud83d\ude00\ude00"`, ``},
+		{"LoneInName", `{"\ud800":1}`, ``},
+		{"LoneInNestedValue", `{"a":[1,{"b":"x\udc00y"}]}`, ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := keys.Canonicalize([]byte(tc.in))
+			if tc.want == "" {
+				require.ErrorIs(t, err, keys.ErrNotCanonicalizable, "accepted as %s", got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(got))
+		})
+	}
+	// The three spellings that encoding/json decodes alike: only the legal one is accepted.
+	a, err := keys.FingerprintJSON([]byte(`{"name":"\ufffd"}`))
+	require.NoError(t, err)
+	b, err := keys.FingerprintJSON([]byte("{\"name\":\"\uFFFD\"}"))
+	require.NoError(t, err)
+	require.Equal(t, a, b, "the escape and the literal U+FFFD are one string")
+	for _, lone := range []string{`{"name":"\ud800"}`, `{"name":"\udfff"}`} {
+		_, err := keys.FingerprintJSON([]byte(lone))
+		require.ErrorIs(t, err, keys.ErrNotCanonicalizable, lone)
+	}
+	escaped, err := keys.FingerprintJSON([]byte(`{"name":"\ud83d\ude00"}`))
+	require.NoError(t, err)
+	literal, err := keys.FingerprintJSON([]byte(`{"name":"😀"}`))
+	require.NoError(t, err)
+	require.Equal(t, literal, escaped, "a paired escape is the character it spells")
+}
+
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	a, err := keys.FingerprintJSON([]byte(`{"amount":100,"currency":"eur","meta":{"a":1,"b":2}}`))
