@@ -15,9 +15,18 @@ import (
 	"unicode/utf8"
 )
 
-// FingerprintVersion is the version of the canonical form that Fingerprint hashes. It is stored
-// beside every fingerprint so the canonical form can change without every stored receipt turning
-// into a payload mismatch: a receipt is compared only with a fingerprint of its own version.
+// FingerprintVersion is the version of the canonical form that Fingerprint hashes; it is stored
+// beside every fingerprint in a receipt. Fingerprints of different versions never compare equal,
+// even for the same request, since nothing can recompute an old version's hash from the receipt:
+// a receipt recorded under another version is refused as a payload mismatch whose message says
+// that the versions differ, and nothing is called (the activity package compares Fingerprint
+// values with ==).
+//
+// So a new version turns every retry or replay of an intent recorded under the old one into a
+// mismatch: it is bumped only when the canonical form of some input that was accepted before
+// changes, and an upgrade that bumps it should drain in-flight work first. Refusing inputs that
+// had no single canonical form (as unpaired surrogate escapes and unrepresentable exponents are
+// now) changes no accepted form and keeps the version.
 const FingerprintVersion = 1
 
 // ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
@@ -27,7 +36,9 @@ const FingerprintVersion = 1
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
-// of the canonical form. Same key with a different Fingerprint is a payload mismatch.
+// of the canonical form. Two Fingerprints are equal (==) only when both Version and Sum are. Same
+// key with a different Fingerprint is a payload mismatch, and that includes a Fingerprint of
+// another Version: the request is not compared across versions (see FingerprintVersion).
 type Fingerprint struct {
 	Version int16
 	Sum     [sha256.Size]byte
