@@ -1,6 +1,12 @@
 package keys_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -200,21 +206,88 @@ func TestFingerprint(t *testing.T) {
 	require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
 }
 
+// FuzzCanonicalize checks the canonical form's two properties on any input it accepts: it is a
+// fixed point (canonicalising it again changes nothing), and another spelling of the same value
+// (here, the same document indented) has the same form. The seeds include the inputs that once
+// collided: wrapping exponents and unpaired surrogate escapes, which are refused.
 func FuzzCanonicalize(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1.0,2e3,"x"]}`, `-0.5e-7`, `[{"a":{"b":null}}]`, `"\u2028"`} {
+	for _, s := range []string{
+		`{"b":1,"a":[1.0,2e3,"x"]}`, `-0.5e-7`, `[{"a":{"b":null}}]`, `"\u2028"`,
+		`1.5e-9223372036854775808`, `15e9223372036854775807`, `1e2147483647`, `10e2147483647`,
+		`0.1e-2147483648`, `1e-2147483648`, `0e99999999999`,
+		`"\ud800"`, `"\udfff"`, `"\ufffd"`, `"\ud83d\ude00"`, `{"\ud800":1}`, `["\ud83d\u0041"]`,
+		`"\\ud800"`, `{"a\udc00":"\ud83d\ude00"}`,
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		canon, err := keys.Canonicalize(raw)
 		if err != nil {
+			require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
 			return
 		}
 		again, err := keys.Canonicalize(canon)
-		if err != nil {
-			t.Fatalf("canonical form %q does not parse: %v", canon, err)
+		require.NoError(t, err, "canonical form %q does not canonicalise", canon)
+		require.Equal(t, string(canon), string(again), "not idempotent: %q", raw)
+
+		var indented bytes.Buffer
+		require.NoError(t, json.Indent(&indented, raw, "", "  "), "accepted %q, which is not JSON", raw)
+		fromIndented, err := keys.Canonicalize(indented.Bytes())
+		require.NoError(t, err)
+		require.Equal(t, string(canon), string(fromIndented), "the indented %q has another form", raw)
+	})
+}
+
+// FuzzCanonicalNumber spells one value, digits × 10^(exp-shift), two ways: as written, and with
+// the decimal point moved shift places left, fracZeros zeros appended and exponent exp. Whenever
+// Canonicalize accepts a spelling, its form must be the normal form computed here independently
+// in arbitrary precision: the digits without trailing zeros and the exact exponent. That form is
+// one per value, so equal values share it and different values never do; the seed with exp at
+// the bottom of int64 is the spelling whose exponent once wrapped.
+func FuzzCanonicalNumber(f *testing.F) {
+	f.Add(uint64(15), int64(0), uint8(1), uint8(0))
+	f.Add(uint64(100), int64(2147483645), uint8(3), uint8(2))
+	f.Add(uint64(1), int64(-2147483648), uint8(0), uint8(5))
+	f.Add(uint64(0), int64(7), uint8(4), uint8(1))
+	f.Add(uint64(15), int64(math.MinInt64), uint8(1), uint8(0))
+	f.Add(uint64(15), int64(math.MaxInt64), uint8(0), uint8(0))
+	f.Fuzz(func(t *testing.T, digits uint64, exp int64, shift, fracZeros uint8) {
+		shift %= 40
+		e := big.NewInt(exp)
+		plainExp := new(big.Int).Sub(e, big.NewInt(int64(shift)))
+		plain := strconv.FormatUint(digits, 10) + "e" + plainExp.String()
+
+		d := strconv.FormatUint(digits, 10)
+		if pad := int(shift) + 1 - len(d); pad > 0 {
+			d = strings.Repeat("0", pad) + d
 		}
-		if string(again) != string(canon) {
-			t.Fatalf("not idempotent: %q -> %q -> %q", raw, canon, again)
+		intPart := strings.TrimLeft(d[:len(d)-int(shift)], "0")
+		if intPart == "" {
+			intPart = "0"
+		}
+		moved := intPart
+		if frac := d[len(d)-int(shift):] + strings.Repeat("0", int(fracZeros)); frac != "" {
+			moved += "." + frac
+		}
+		moved += "e" + e.String()
+
+		want := "0"
+		if digits != 0 {
+			sig := strings.TrimRight(strconv.FormatUint(digits, 10), "0")
+			zeros := len(strconv.FormatUint(digits, 10)) - len(sig)
+			wantExp := new(big.Int).Add(plainExp, big.NewInt(int64(zeros)))
+			want = sig
+			if wantExp.Sign() != 0 {
+				want += "e" + wantExp.String()
+			}
+		}
+		for _, spelling := range []string{plain, moved} {
+			got, err := keys.Canonicalize([]byte(spelling))
+			if err != nil {
+				require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
+				continue
+			}
+			require.Equal(t, want, string(got), "the canonical form of %s", spelling)
 		}
 	})
 }
