@@ -20,7 +20,7 @@ const (
 	// MaxKeyIDLen bounds Key.ID, which is an ID encoded with its scope tag: the longest is an
 	// explicit ID of MaxIDLen bytes stored as "explicit:" and the ID. Explicit IDs are never
 	// hashed, so what the caller chose stays readable in the receipts table.
-	MaxKeyIDLen = len(tagExplicit) + 1 + MaxIDLen
+	MaxKeyIDLen = MaxIDLen + len("explicit:")
 )
 
 // validatePart checks one key part: non-empty, at most limit bytes, valid UTF-8, and free of NUL

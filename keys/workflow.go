@@ -10,10 +10,11 @@ import (
 // StepKey reserves the next occurrence of step in the running workflow and returns its
 // ScopeWorkflow key, with a context that pins that key on the activity scheduled with it. The
 // key's operation is the step name, so it does not change when the activity is renamed; its ID
-// is the ScopeWorkflow ID of workflow ID + OriginalRunID + "step#n" ("wf:order-123/<run>/charge#1"),
-// so it survives Reset and every replay derives the same one. It is the very ID that the
-// activity side derives for the same occurrence of a step scheduled with WithStep: occurrences
-// are counted together with WithStep's, so a name means one step however it is scheduled.
+// is the ScopeWorkflow ID of workflow ID + OriginalRunID + "step#n"
+// ("wf:order-123/<OriginalRunID>/charge#1"), so it survives Reset and every replay derives the
+// same one. It is the very ID that the activity side derives for the same occurrence of a step
+// scheduled with WithStep: occurrences are counted together with WithStep's, so a name means one
+// step however it is scheduled.
 //
 // It needs Interceptor (or the activity package's interceptor) on the worker that runs the
 // workflow, and returns an error matching ErrNoIdentity without it.
