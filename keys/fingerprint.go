@@ -8,24 +8,37 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
-// FingerprintVersion is the version of the canonical form that Fingerprint hashes. It is stored
-// beside every fingerprint so the canonical form can change without every stored receipt turning
-// into a payload mismatch: a receipt is compared only with a fingerprint of its own version.
+// FingerprintVersion is the version of the canonical form that Fingerprint hashes; it is stored
+// beside every fingerprint in a receipt. Fingerprints of different versions never compare equal,
+// even for the same request, since nothing can recompute an old version's hash from the receipt:
+// a receipt recorded under another version is refused as a payload mismatch whose message says
+// that the versions differ, and nothing is called (the activity package compares Fingerprint
+// values with ==).
+//
+// So a new version turns every retry or replay of an intent recorded under the old one into a
+// mismatch: it is bumped only when the canonical form of some input that was accepted before
+// changes, and an upgrade that bumps it should drain in-flight work first. Refusing inputs that
+// had no single canonical form (as unpaired surrogate escapes and unrepresentable exponents are
+// now) changes no accepted form and keeps the version.
 const FingerprintVersion = 1
 
 // ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
-// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, or an object
-// with a repeated member name.
+// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, an object
+// with a repeated member name, a string or member name with an unpaired surrogate escape (such
+// as "\ud800"), or a number whose exponent is beyond the int32 range (written or canonical).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
-// of the canonical form. Same key with a different Fingerprint is a payload mismatch.
+// of the canonical form. Two Fingerprints are equal (==) only when both Version and Sum are. Same
+// key with a different Fingerprint is a payload mismatch, and that includes a Fingerprint of
+// another Version: the request is not compared across versions (see FingerprintVersion).
 type Fingerprint struct {
 	Version int16
 	Sum     [sha256.Size]byte
@@ -62,11 +75,15 @@ func FingerprintOf(v any) (Fingerprint, error) {
 // Canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
 // members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
 // re-encoded without HTML escaping, and numbers in the exact decimal form described at
-// canonicalNumber. It refuses invalid UTF-8 and repeated member names, which JSON decoders
-// resolve differently, instead of guessing.
+// canonicalNumber. It refuses what JSON decoders resolve differently or lossily, instead of
+// guessing: invalid UTF-8, repeated member names, unpaired surrogate escapes (see
+// checkSurrogateEscapes) and numbers with exponents it cannot represent exactly.
 func Canonicalize(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, fmt.Errorf("canonicalize: %w: invalid UTF-8", ErrNotCanonicalizable)
+	}
+	if err := checkSurrogateEscapes(raw); err != nil {
+		return nil, fmt.Errorf("canonicalize: %w: %w", ErrNotCanonicalizable, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -166,6 +183,60 @@ func canonicalArray(dec *json.Decoder, out *bytes.Buffer) error {
 	return nil
 }
 
+// checkSurrogateEscapes refuses a string or member name of raw that holds an unpaired UTF-16
+// surrogate escape: a high surrogate \uD800–\uDBFF not immediately followed by a low surrogate
+// escape \uDC00–\uDFFF, or a low surrogate without a high one before it. encoding/json decodes
+// each of them to U+FFFD, so without this check "\ud800", "\udfff" and "\ufffd" (which is legal
+// and stays accepted) would be one request. A paired escape is the character it spells and
+// canonicalises to that character in UTF-8.
+//
+// It looks at the raw bytes because the decoded strings no longer tell the escapes apart. It
+// only follows string boundaries and escapes; anything malformed is left to the decoder, which
+// reports it.
+func checkSurrogateEscapes(raw []byte) error {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		if !inString {
+			inString = raw[i] == '"'
+			continue
+		}
+		switch raw[i] {
+		case '"':
+			inString = false
+		case '\\':
+			r, ok := unicodeEscape(raw[i:])
+			if !ok {
+				i++ // a one-character escape such as \" or \n, or a malformed one
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := unicodeEscape(raw[i+6:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11 // the pair
+					continue
+				}
+				return fmt.Errorf("string at byte %d: high surrogate escape %s is not followed by a low surrogate escape; JSON decoders replace it with U+FFFD, so send the character itself or a complete surrogate pair", i, raw[i:i+6])
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return fmt.Errorf("string at byte %d: low surrogate escape %s has no high surrogate escape before it; JSON decoders replace it with U+FFFD, so send the character itself or a complete surrogate pair", i, raw[i:i+6])
+			}
+			i += 5
+		}
+	}
+	return nil
+}
+
+// unicodeEscape decodes the \uXXXX escape at the start of b, if there is one.
+func unicodeEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	if err != nil {
+		return 0, false
+	}
+	return rune(v), true
+}
+
 func writeString(out *bytes.Buffer, s string) error {
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
@@ -180,25 +251,35 @@ func writeString(out *bytes.Buffer, s string) error {
 // with leading and trailing zeros removed, then "e" and the decimal exponent when it is not zero
 // ("1.50" → "15e-1", "100" → "1e2", "-0.0" → "0"). It never rounds, so amounts beyond float64
 // precision still compare exactly.
+//
+// Exponents are bounded so that no arithmetic on them can wrap: the exponent as written and the
+// exponent of the canonical form must both lie in the int32 range, and the shift between them
+// (the number of digits moved) is computed in int64, where it cannot overflow for any input that
+// fits in memory. A number outside these bounds is refused rather than given a form that another
+// value might share (with wrapping int arithmetic, 1.5e-9223372036854775808 and
+// 15e9223372036854775807 both became "15e9223372036854775807"). Bounding the canonical exponent
+// too keeps every canonical form canonicalisable again.
 func canonicalNumber(lit string) (string, error) {
 	neg := strings.HasPrefix(lit, "-")
 	lit = strings.TrimPrefix(lit, "-")
 	mant, expPart, hasExp := strings.Cut(strings.ToLower(lit), "e")
-	exp := 0
+	var exp int64
 	if hasExp {
-		e, err := strconv.Atoi(expPart)
+		e, err := strconv.ParseInt(expPart, 10, 32)
 		if err != nil {
-			return "", fmt.Errorf("number %q: exponent out of range", lit)
+			return "", fmt.Errorf("number %q: exponent beyond ±2^31; such a number has no canonical form here", lit)
 		}
 		exp = e
 	}
 	intPart, frac, _ := strings.Cut(mant, ".")
 	digits := strings.TrimLeft(intPart+frac, "0")
-	exp -= len(frac)
 	trimmed := strings.TrimRight(digits, "0")
-	exp += len(digits) - len(trimmed)
 	if trimmed == "" {
 		return "0", nil
+	}
+	exp += int64(len(digits)-len(trimmed)) - int64(len(frac))
+	if exp < math.MinInt32 || exp > math.MaxInt32 {
+		return "", fmt.Errorf("number %q: its canonical exponent %d is beyond ±2^31; such a number has no canonical form here", lit, exp)
 	}
 	var b strings.Builder
 	if neg {
@@ -207,7 +288,7 @@ func canonicalNumber(lit string) (string, error) {
 	b.WriteString(trimmed)
 	if exp != 0 {
 		b.WriteByte('e')
-		b.WriteString(strconv.Itoa(exp))
+		b.WriteString(strconv.FormatInt(exp, 10))
 	}
 	return b.String(), nil
 }

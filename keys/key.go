@@ -20,22 +20,29 @@ type Key struct {
 	Tenant string
 	// Operation names what is done: the activity type by default.
 	Operation string
-	// ID identifies the intent within the operation; see Scope for how it is derived.
+	// ID identifies the intent within the operation, at most MaxKeyIDLen bytes. The keys this
+	// package derives or builds spell it with a scope tag ("wf:", "run:", "activity:",
+	// "explicit:", "comp:") and escaped parts, so that no two intents share one; see Scope for
+	// what each scope's ID is made of. A Key written by hand (for activity.Do outside Temporal)
+	// may hold any valid ID: choose one that cannot equal a tagged one, or use the same scheme.
 	ID string
 }
 
-// Validate reports the first part of k that is missing or malformed, as an *InvalidKeyError.
+// Validate reports the first part of k that is missing or malformed, as an *InvalidKeyError:
+// namespace and operation must be 1 to MaxNameLen bytes, the tenant empty or 1 to MaxNameLen
+// bytes, the ID 1 to MaxKeyIDLen bytes (room for an explicit ID of MaxIDLen bytes and its scope
+// tag), all valid UTF-8 without control characters.
 func (k Key) Validate() error {
-	if err := validatePart("namespace", k.Namespace); err != nil {
+	if err := validatePart("namespace", k.Namespace, MaxNameLen); err != nil {
 		return err
 	}
 	if err := ValidateTenant(k.Tenant); err != nil {
 		return err
 	}
-	if err := validatePart("operation", k.Operation); err != nil {
+	if err := validatePart("operation", k.Operation, MaxNameLen); err != nil {
 		return err
 	}
-	return validatePart("id", k.ID)
+	return validatePart("id", k.ID, MaxKeyIDLen)
 }
 
 // String renders k for logs and error messages. It is not the canonical form that tokens hash.
@@ -68,18 +75,19 @@ func (k Key) Token() Token {
 // Compensation derives the key of the compensation named name (for example "refund") for the
 // forward step k. It is deterministic, so every replay, retry and Reset of the workflow derives
 // the same compensation key; it differs from k and from every other compensation of k. Its ID is
-// built from k's token, so it stays short however long k's ID is.
+// "comp:" with k's operation (escaped) and k's token, "comp:Charge/<token>", so it stays short
+// however long k's ID is and never equals an ID of another scope.
 func (k Key) Compensation(name string) (Key, error) {
 	if err := k.Validate(); err != nil {
 		return Key{}, err
 	}
-	if err := validatePart("compensation", name); err != nil {
+	if err := validatePart("compensation", name, MaxNameLen); err != nil {
 		return Key{}, err
 	}
 	return Key{
 		Namespace: k.Namespace,
 		Tenant:    k.Tenant,
 		Operation: name,
-		ID:        "compensates:" + k.Operation + ":" + string(k.Token()),
+		ID:        compensationID(k.Operation, k.Token()),
 	}, nil
 }

@@ -130,7 +130,9 @@ func WithStep(ctx workflow.Context, name string) workflow.Context {
 }
 
 // WithID sets the explicit business key (ScopeExplicit) for the activities scheduled with the
-// returned context, such as "order-123/charge".
+// returned context, such as "order-123/charge". The header carries it as given; the activity side
+// validates it (ValidateID) and stores it tagged, "explicit:order-123/charge", as ExplicitKey
+// does.
 func WithID(ctx workflow.Context, id string) workflow.Context {
 	return workflow.WithValue(ctx, idKey{}, id)
 }

@@ -1,30 +1,36 @@
 package keys
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	"go.temporal.io/sdk/activity"
 )
 
-// Scope chooses how a key's ID is derived from the activity's identity.
+// Scope chooses how a key's ID is derived from the activity's identity. Each scope's IDs begin
+// with their own tag and ':', and the identity's parts inside are percent-escaped ('%', '/' and
+// '#' only) and joined with '/', so that no two identities, of one scope or of two, share an ID.
+// A derived ID longer than MaxIDLen becomes "<tag>:sha256:<hex>".
 type Scope uint8
 
 const (
 	// ScopeWorkflow (the default) keys an activity by workflow ID, the workflow's OriginalRunID
 	// and a step name chosen in workflow code (WithStep; the activity type when none is given)
-	// with an occurrence counter. It survives workflow Reset, which starts a new run with the same
-	// OriginalRunID, and differs across Continue-As-New, Retry and Cron runs. It needs the header
-	// that Interceptor writes on the workflow side.
+	// with an occurrence counter: "wf:order-123/<OriginalRunID>/charge#1". It survives workflow
+	// Reset, which starts a new run with the same OriginalRunID, and differs across
+	// Continue-As-New, Retry and Cron runs. It needs the header that Interceptor writes on the
+	// workflow side.
 	ScopeWorkflow Scope = iota
-	// ScopeRun keys an activity by workflow ID, run ID and activity ID, as Temporal's docs advise.
-	// It is stable across retry attempts but not across workflow Reset. A standalone activity
-	// (started by a client, not a workflow) is keyed by its activity ID and ActivityRunID.
+	// ScopeRun keys an activity by workflow ID, run ID and activity ID, as Temporal's docs advise:
+	// "run:order-123/<run ID>/5". It is stable across retry attempts but not across workflow
+	// Reset. A standalone activity (started by a client, not a workflow) is keyed by its activity
+	// ID and ActivityRunID: "activity:<activity ID>/<activity run ID>".
 	ScopeRun
 	// ScopeExplicit uses a business key chosen by the caller, such as "order-123/charge", set in
-	// workflow code with WithID or given as Options.ID.
+	// workflow code with WithID or ExplicitKey or given as Options.ID. It is stored tagged and
+	// otherwise as given, "explicit:order-123/charge", so it never equals a derived ID; it is
+	// never hashed, and Key.ID allows MaxKeyIDLen bytes to hold the longest one.
 	ScopeExplicit
 )
 
@@ -49,7 +55,8 @@ type Options struct {
 	// may be renamed, or when two activity types perform the same intent.
 	Operation string
 	// ID is the explicit business key for ScopeExplicit when workflow code did not set one with
-	// WithID. An ID set in workflow code wins.
+	// WithID. An ID set in workflow code wins. It is validated with ValidateID (at most MaxIDLen
+	// bytes) and becomes Key.ID with its scope tag: "order-123" is stored as "explicit:order-123".
 	ID string
 }
 
@@ -130,13 +137,7 @@ func Derive(id Identity, opts Options) (Key, error) {
 	case ScopeRun:
 		k.ID, err = runID(id)
 	case ScopeExplicit:
-		k.ID = id.ExplicitID
-		if k.ID == "" {
-			k.ID = opts.ID
-		}
-		if k.ID == "" {
-			err = fmt.Errorf("%w: the explicit scope needs an ID: set keys.WithID in workflow code or Options.ID", ErrNoIdentity)
-		}
+		k.ID, err = explicitID(id, opts)
 	default:
 		err = fmt.Errorf("%w: unknown scope %v", ErrNoIdentity, opts.Scope)
 	}
@@ -156,7 +157,20 @@ func workflowID(id Identity) (string, error) {
 	case id.OriginalRunID == "" || id.Step == "":
 		return "", fmt.Errorf("%w: the workflow scope needs the OriginalRunID and step headers; install keys.Interceptor (or the activity package's interceptor) on the worker that runs the workflow", ErrNoIdentity)
 	}
-	return shorten("wf:" + id.WorkflowID + "/" + id.OriginalRunID + "/" + id.Step), nil
+	return workflowScopeID(id.WorkflowID, id.OriginalRunID, id.Step), nil
+}
+
+// explicitID validates the caller's explicit ID as given (so the limit in the error is MaxIDLen,
+// the one the caller must meet) and returns it tagged.
+func explicitID(id Identity, opts Options) (string, error) {
+	raw := cmp.Or(id.ExplicitID, opts.ID)
+	if raw == "" {
+		return "", fmt.Errorf("%w: the explicit scope needs an ID: set keys.WithID in workflow code or Options.ID", ErrNoIdentity)
+	}
+	if err := ValidateID(raw); err != nil {
+		return "", err
+	}
+	return explicitScopeID(raw), nil
 }
 
 func runID(id Identity) (string, error) {
@@ -165,19 +179,9 @@ func runID(id Identity) (string, error) {
 		// A local activity retried by timer is scheduled again under a new activity ID.
 		return "", fmt.Errorf("%w: a local activity's ID changes when it is retried by timer; use the workflow scope or an explicit key", ErrNoIdentity)
 	case id.WorkflowID != "" && id.RunID != "" && id.ActivityID != "":
-		return shorten("run:" + id.WorkflowID + "/" + id.RunID + "/" + id.ActivityID), nil
+		return runScopeID(id.WorkflowID, id.RunID, id.ActivityID), nil
 	case id.WorkflowID == "" && id.ActivityID != "" && id.ActivityRunID != "":
-		return shorten("activity:" + id.ActivityID + "/" + id.ActivityRunID), nil
+		return standaloneScopeID(id.ActivityID, id.ActivityRunID), nil
 	}
 	return "", fmt.Errorf("%w: the activity has neither a workflow execution nor an activity run ID; give it an explicit key (ScopeExplicit)", ErrNoIdentity)
-}
-
-// shorten keeps derived IDs within MaxIDLen by replacing an over-long one with its hash: workflow
-// IDs may be up to Temporal's own limit, which is larger than a receipts row wants.
-func shorten(id string) string {
-	if len(id) <= MaxIDLen {
-		return id
-	}
-	sum := sha256.Sum256([]byte(id))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

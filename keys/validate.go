@@ -13,19 +13,20 @@ const (
 	// MaxNameLen bounds the namespace, tenant, operation, step and compensation names (Temporal
 	// itself caps namespace names at 255).
 	MaxNameLen = 255
-	// MaxIDLen bounds an explicit ID. A derived ID longer than this (very long workflow IDs) is
-	// replaced by its SHA-256, so derivation never fails on length.
+	// MaxIDLen bounds an explicit ID as the caller gives it (WithID, Options.ID, ExplicitKey). A
+	// derived ID longer than this (very long workflow IDs) is replaced by its SHA-256, tagged by
+	// scope, so derivation never fails on length.
 	MaxIDLen = 1024
+	// MaxKeyIDLen bounds Key.ID, which is an ID encoded with its scope tag: the longest is an
+	// explicit ID of MaxIDLen bytes stored as "explicit:" and the ID. Explicit IDs are never
+	// hashed, so what the caller chose stays readable in the receipts table.
+	MaxKeyIDLen = MaxIDLen + len("explicit:")
 )
 
-// validatePart checks one key part: non-empty, at most MaxPartLen bytes, valid UTF-8, and free of
-// NUL and other control characters (which would make keys that print alike compare unequal, and
+// validatePart checks one key part: non-empty, at most limit bytes, valid UTF-8, and free of NUL
+// and other control characters (which would make keys that print alike compare unequal, and
 // which Postgres text columns reject outright in the NUL case).
-func validatePart(part, value string) error {
-	limit := MaxNameLen
-	if part == "id" {
-		limit = MaxIDLen
-	}
+func validatePart(part, value string, limit int) error {
 	switch {
 	case value == "":
 		return &InvalidKeyError{Part: part, Reason: "is empty; give it a non-empty value"}
@@ -48,11 +49,12 @@ func ValidateTenant(tenant string) error {
 	if tenant == "" {
 		return nil
 	}
-	return validatePart("tenant", tenant)
+	return validatePart("tenant", tenant, MaxNameLen)
 }
 
-// ValidateID reports whether id may be used as an explicit business key (Explicit scope).
-func ValidateID(id string) error { return validatePart("id", id) }
+// ValidateID reports whether id may be used as an explicit business key (Explicit scope): at
+// most MaxIDLen bytes before its scope tag is added.
+func ValidateID(id string) error { return validatePart("id", id, MaxIDLen) }
 
 // ValidateStep reports whether name may be used as a step name (see WithStep).
-func ValidateStep(name string) error { return validatePart("step", name) }
+func ValidateStep(name string) error { return validatePart("step", name, MaxNameLen) }
