@@ -24,7 +24,7 @@ func TestMalformedKeysAreRefusedBeforeAnyWrite(t *testing.T) {
 	valid := call(t, "order-1", map[string]int{"amount": 1}).Key
 	bad := map[string]string{
 		"Empty":       "",
-		"TooLong":     strings.Repeat("x", keys.MaxIDLen+1),
+		"TooLong":     strings.Repeat("x", keys.MaxKeyIDLen+1),
 		"NUL":         "order\x001",
 		"Control":     "order\x1b[31m1",
 		"InvalidUTF8": "order\xff1",

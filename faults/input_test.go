@@ -113,7 +113,7 @@ func TestRow12ProviderFaults(t *testing.T) {
 		_, err := w.quickCharge(o.ID+"-"+string(rune('a'+i)), "", o)
 		requireType(t, err, downstream.ErrTypeRejected)
 	}
-	tok := keys.Key{Namespace: "default", Operation: "charge", ID: "order/" + o.ID}.Token()
+	tok := keys.Key{Namespace: "default", Operation: "charge", ID: "explicit:order/" + o.ID}.Token()
 	require.Equal(t, 1, w.ledger().RequestsByKey[tok.String()], "a decline was retried")
 	require.Empty(t, w.charges(o.ID))
 }

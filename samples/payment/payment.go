@@ -97,9 +97,9 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 	return res, nil
 }
 
-// QuickCharge charges an order under its business key ("charge", "order/<id>"): whichever
-// workflow charges the same order — a double-clicked checkout, a retried start — the provider
-// is called for it once, and every caller gets the same charge. A key part that is malformed
+// QuickCharge charges an order under its business key ("charge", "order/<id>", stored as
+// "explicit:order/<id>"): whichever workflow charges the same order — a double-clicked
+// checkout, a retried start — the provider is called for it once, and every caller gets the same charge. A key part that is malformed
 // (say, a tenant with control bytes) fails the workflow with tempotent.InvalidKey before
 // anything is called.
 func QuickCharge(ctx workflow.Context, o Order) (downstream.Charge, error) {
