@@ -3,6 +3,7 @@ package activity
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
@@ -18,6 +19,11 @@ type Options struct {
 	Keys keys.Options
 	// DownstreamDeduplicates: see Call.DownstreamDeduplicates.
 	DownstreamDeduplicates bool
+	// DownstreamKeyMemory: see Call.DownstreamKeyMemory.
+	DownstreamKeyMemory time.Duration
+	// DownstreamSettleTime: see Call.DownstreamSettleTime. For a compensation, give the forward
+	// step's downstream's: ForwardSettled waits it out.
+	DownstreamSettleTime time.Duration
 	// Reconcile: see Call.Reconcile.
 	Reconcile ReconcileFunc
 }
@@ -125,6 +131,8 @@ func (s *Store) callFor(ctx context.Context, opts *Options, args []any) (Call, e
 		Fingerprint:            fp,
 		ScheduledAt:            sdkactivity.GetInfo(ctx).ScheduledTime,
 		DownstreamDeduplicates: o.DownstreamDeduplicates,
+		DownstreamKeyMemory:    o.DownstreamKeyMemory,
+		DownstreamSettleTime:   o.DownstreamSettleTime,
 		Reconcile:              o.Reconcile,
 	}, nil
 }

@@ -297,7 +297,7 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: time.Now(), cancel: cancel}
-	ctx = withLease(keys.WithToken(ctx, token), lease)
+	ctx = withRunning(withLease(keys.WithToken(ctx, token), lease), s, a.call)
 
 	if reason := a.unsafeToSend(); reason != "" {
 		if a.call.Reconcile == nil {

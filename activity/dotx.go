@@ -67,7 +67,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	wctx, cancel := s.writeContext(ctx)
 	defer cancel()
 
-	p, err := fn(keys.WithToken(ctx, k.Token()), tx)
+	p, err := fn(withRunning(keys.WithToken(ctx, k.Token()), s, c), tx)
 	if err == nil {
 		err = s.checkSize(k, p)
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/workflow"
@@ -22,8 +23,12 @@ const (
 	// WithCompensation); the activity side uses it whatever scope it is configured with.
 	HeaderPinnedOperation = "tempotent-pinned-operation"
 	HeaderPinnedID        = "tempotent-pinned-id"
-	// HeaderCompensates carries the forward step's token to its compensation activity.
-	HeaderCompensates = "tempotent-compensates"
+	// HeaderCompensates carries the forward step's token to its compensation activity, and
+	// HeaderCompensatesOperation and HeaderCompensatesID its key's operation and ID, so that the
+	// compensation can find the forward step's receipt (CompensatedKeyFrom).
+	HeaderCompensates          = "tempotent-compensates"
+	HeaderCompensatesOperation = "tempotent-compensates-operation"
+	HeaderCompensatesID        = "tempotent-compensates-id"
 )
 
 var headerConverter = converter.GetDefaultDataConverter()
@@ -39,8 +44,8 @@ type (
 
 // pinned is a key fixed in workflow code for the activities scheduled with a context.
 type pinned struct {
-	key         Key
-	compensates Token
+	key     Key
+	forward *Key // the forward step's key, when key is a compensation's
 }
 
 // WithTenant returns a context whose workflows and activities run under tenant: give it to
@@ -206,8 +211,9 @@ func (w *workflowOutbound) writeHeader(ctx workflow.Context, activityType string
 	}
 	if p, ok := ctx.Value(pinnedKey{}).(pinned); ok {
 		values := [][2]string{{HeaderPinnedOperation, p.key.Operation}, {HeaderPinnedID, p.key.ID}}
-		if p.compensates != "" {
-			values = append(values, [2]string{HeaderCompensates, string(p.compensates)})
+		if f := p.forward; f != nil {
+			values = append(values, [2]string{HeaderCompensates, string(f.Token())},
+				[2]string{HeaderCompensatesOperation, f.Operation}, [2]string{HeaderCompensatesID, f.ID})
 		}
 		return writeValues(header, values)
 	}
@@ -268,6 +274,8 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 		pinnedOperation: headerString(h, HeaderPinnedOperation),
 		pinnedID:        headerString(h, HeaderPinnedID),
 		compensates:     headerString(h, HeaderCompensates),
+		compensatesOp:   headerString(h, HeaderCompensatesOperation),
+		compensatesID:   headerString(h, HeaderCompensatesID),
 	})
 	return a.Next.ExecuteActivity(ctx, in)
 }
@@ -276,6 +284,7 @@ type headerValues struct {
 	originalRunID, step, explicitID string
 	pinnedOperation, pinnedID       string
 	compensates                     string
+	compensatesOp, compensatesID    string
 }
 
 // CompensatesFrom returns, in a compensation activity scheduled with WithCompensation, the
@@ -285,6 +294,19 @@ type headerValues struct {
 func CompensatesFrom(ctx context.Context) (Token, bool) {
 	t := Token(headerValuesFrom(ctx).compensates)
 	return t, t != ""
+}
+
+// CompensatedKeyFrom returns, in a compensation activity scheduled with WithCompensation, the key
+// of the forward step it compensates, in the activity's namespace and tenant: the key of the
+// forward step's receipt, which tells whether the forward effect can still happen (see the
+// activity package's ForwardSettled).
+func CompensatedKeyFrom(ctx context.Context) (Key, bool) {
+	h := headerValuesFrom(ctx)
+	if h.compensatesOp == "" || h.compensatesID == "" || !activity.IsActivity(ctx) {
+		return Key{}, false
+	}
+	k := Key{Namespace: activity.GetInfo(ctx).Namespace, Tenant: TenantFrom(ctx), Operation: h.compensatesOp, ID: h.compensatesID}
+	return k, k.Validate() == nil
 }
 
 func headerValuesFrom(ctx context.Context) headerValues {

@@ -46,13 +46,13 @@ func StepKey(ctx workflow.Context, step string) (workflow.Context, Key, error) {
 
 // WithCompensation returns forward's compensation key for the compensation named name (see
 // Key.Compensation), with a context that pins it on the activity scheduled with it and carries
-// forward's token to it (CompensatesFrom).
+// forward's token and key to it (CompensatesFrom, CompensatedKeyFrom).
 func WithCompensation(ctx workflow.Context, forward Key, name string) (workflow.Context, Key, error) {
 	k, err := forward.Compensation(name)
 	if err != nil {
 		return ctx, Key{}, err
 	}
-	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k, compensates: forward.Token()}), k, nil
+	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k, forward: &forward}), k, nil
 }
 
 // ExplicitKey returns the key of a business intent named in workflow code — operation and id,

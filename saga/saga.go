@@ -252,11 +252,21 @@ func outcomeOf(err error) (Outcome, string) {
 		return OutcomeUnknown, err.Error()
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.NonRetryable() {
+	if errors.As(err, &appErr) && appErr.NonRetryable() && !effectMayHaveHappened[appErr.Type()] {
 		return OutcomeFailed, err.Error()
 	}
-	// Retries ran out on a retryable error: the last attempt may have taken effect.
+	// Retries ran out on a retryable error, or the receipt says the outcome is unknown: the
+	// last attempt may have taken effect.
 	return OutcomeUnknown, err.Error()
+}
+
+// effectMayHaveHappened lists the non-retryable error types of the activity package after which
+// the forward effect may nevertheless have happened (activity.ErrTypeOutcomeUnknown: an earlier
+// attempt may have had it; activity.ErrTypePayloadTooLarge: the function ran, only its result
+// was too large to record). saga does not import activity; a test checks the names agree.
+var effectMayHaveHappened = map[string]bool{
+	"tempotent.OutcomeUnknown":  true,
+	"tempotent.PayloadTooLarge": true,
 }
 
 func failed(ctx workflow.Context, err error) workflow.Future {

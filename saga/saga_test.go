@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -64,7 +65,9 @@ func (l *ledger) undo(ctx context.Context, kind string) error {
 	defer l.mu.Unlock()
 	l.calls["undo "+kind]++
 	if !l.applied[kind][fwd.String()] {
-		return nil // compensating an effect that never happened is a success
+		// Compensating an effect that never happened is a success, once it is certain that
+		// it will not happen: the forward request may still be on its way.
+		return activity.ForwardSettled(ctx)
 	}
 	if l.undone[kind] == nil {
 		l.undone[kind] = map[string]int{}
@@ -129,7 +132,16 @@ type harness struct {
 	after func(ctx context.Context, activity string)
 	// workflow is the saga to run; paymentSaga when nil.
 	workflow func(workflow.Context, order) (saga.State, error)
+	// tenant, when set, is the tenant the saga is started under.
+	tenant string
+	// late, when set and true for an activity, has the provider apply its effect later, on
+	// its own: the activity does not apply it.
+	late func(ctx context.Context, activity string) bool
 }
+
+// settleTime is the downstream's settle time in these tests: how long after a forward attempt
+// ended its effect may still land.
+const settleTime = time.Second
 
 func newHarness(t *testing.T) *harness {
 	schema := pgtest.Schema(t)
@@ -148,7 +160,7 @@ var activityNames = map[string]string{
 func (h *harness) interceptor() interceptor.WorkerInterceptor {
 	selected := map[string]activity.Options{}
 	for name := range activityNames {
-		selected[name] = activity.Options{DownstreamDeduplicates: true}
+		selected[name] = activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: settleTime}
 	}
 	return activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected})
 }
@@ -168,7 +180,7 @@ func (h *harness) register(r interface {
 			var err error
 			if undone, ok := strings.CutPrefix(kind, "undo "); ok {
 				err = h.ledger.undo(ctx, undone)
-			} else {
+			} else if h.late == nil || !h.late(ctx, name) {
 				out, err = h.ledger.do(ctx, kind)
 			}
 			if h.after != nil && err == nil {
@@ -187,6 +199,12 @@ func (h *harness) run(o order) (saga.State, error) {
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{h.interceptor()}})
+	if h.tenant != "" {
+		env.SetContextPropagators([]workflow.ContextPropagator{keys.TenantPropagator()})
+		header := map[string]*commonpb.Payload{}
+		require.NoError(h.t, keys.TenantPropagator().Inject(keys.WithTenant(context.Background(), h.tenant), headerMap(header)))
+		env.SetHeader(&commonpb.Header{Fields: header})
+	}
 	h.register(env)
 	wf := h.workflow
 	if wf == nil {
@@ -207,6 +225,11 @@ func (h *harness) run(o order) (saga.State, error) {
 	require.Equal(h.t, st, queried, "the query and the workflow disagree")
 	return st, nil
 }
+
+// headerMap is a workflow.HeaderWriter over a header's fields.
+type headerMap map[string]*commonpb.Payload
+
+func (h headerMap) Set(name string, p *commonpb.Payload) { h[name] = p }
 
 func declined(activity string) func(string, order, int32) error {
 	return func(name string, _ order, _ int32) error {
@@ -501,4 +524,92 @@ func TestLoopGetsAKeyPerOccurrence(t *testing.T) {
 	charges, refunds := h.ledger.effects("charge")
 	require.Equal(t, 3, charges)
 	require.Equal(t, 3, refunds)
+}
+
+// The provider holds the charge request past the forward step's last attempt and applies it a
+// moment after the saga began compensating. The refund's "no charge" is not final until the
+// forward step has settled: it is retried, finds the charge, and refunds it once.
+func TestCompensationWaitsForAForwardStillInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.after = func(ctx context.Context, name string) {
+		if name == "Charge" {
+			<-ctx.Done()
+		}
+	}
+	// Each charge attempt reaches the provider, which applies it only after the attempt has
+	// timed out; the effect of the last one lands after the saga compensates.
+	lateCharge := h.ledger.do
+	h.late = func(ctx context.Context, name string) bool {
+		if name != "Charge" {
+			return false
+		}
+		tok, _ := keys.TokenFrom(ctx)
+		go func() {
+			<-ctx.Done()
+			time.Sleep(settleTime / 3)
+			_, _ = lateCharge(keys.WithToken(context.Background(), tok), "charge")
+		}()
+		return true
+	}
+	// The test environment skips time while the refund waits to retry, so its clock runs far
+	// ahead of the database's, and it caps "unlimited" retries at 10: give the refund's
+	// retries room.
+	long := saga.Options{CompensationOptions: workflow.ActivityOptions{
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 1 << 20},
+	}}
+	st, err := h.run(order{ID: "o-late", Amount: 100, Options: long})
+	require.NoError(t, err)
+	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
+	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
+	charges, refunds := h.ledger.effects("charge")
+	require.Equal(t, 1, charges)
+	require.Equal(t, 1, refunds, "the refund concluded 'no charge' while the charge was still on its way")
+}
+
+// A saga under a tenant: its steps and compensations carry the tenant in their keys, and each
+// compensation finds its forward effect.
+func TestSagaUnderATenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.tenant = "acme"
+	h.fail = declined("Ship")
+	st, err := h.run(order{ID: "o-tenant", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, saga.StateCompensated, st.Status)
+	for _, kind := range []string{"charge", "reserve"} {
+		done, undone := h.ledger.effects(kind)
+		require.Equal(t, 1, done, kind)
+		require.Equal(t, 1, undone, "%s: its compensation did not find the forward effect", kind)
+	}
+	var tenants []string
+	rows, err := pgtest.Pool(t).Query(context.Background(), "SELECT DISTINCT tenant FROM "+h.store.Config().Schema+".receipts")
+	require.NoError(t, err)
+	for rows.Next() {
+		var tenant string
+		require.NoError(t, rows.Scan(&tenant))
+		tenants = append(tenants, tenant)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"acme"}, tenants)
+}
+
+// A step whose receipt says its outcome is unknown shows as unknown, not failed: its effect may
+// have happened.
+func TestOutcomeUnknownStepIsShownUnknown(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, activity.ErrTypeOutcomeUnknown, "tempotent.OutcomeUnknown")
+	require.Equal(t, activity.ErrTypePayloadTooLarge, "tempotent.PayloadTooLarge")
+	h := newHarness(t)
+	h.fail = func(name string, o order, _ int32) error {
+		if name == "Charge" {
+			return &activity.OutcomeUnknownError{Reason: "test"}
+		}
+		return nil
+	}
+	st, err := h.run(order{ID: "o-unknown", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
+	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
 }

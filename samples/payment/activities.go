@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
@@ -51,6 +52,11 @@ func (a *Activities) Refund(ctx context.Context, o Order) (downstream.Refund, er
 	}
 	r, err := a.Payments.Refund(ctx, fwd)
 	failpoint.Hit(failpoint.InCompensation)
+	if err == nil && r.Status == downstream.RefundNoCharge {
+		// "No charge" is final only once the charge can no longer land: the provider may
+		// still be processing the last charge attempt's request.
+		err = activity.ForwardSettled(ctx)
+	}
 	return r, err
 }
 
@@ -71,13 +77,22 @@ func (a *Activities) CancelShipment(ctx context.Context, o Order) (downstream.Re
 	if !ok {
 		return downstream.Refund{}, errors.New("CancelShipment must run as the compensation of a saga step")
 	}
-	return a.Carrier.Refund(ctx, fwd)
+	r, err := a.Carrier.Refund(ctx, fwd)
+	if err == nil && r.Status == downstream.RefundNoCharge {
+		err = activity.ForwardSettled(ctx) // as in Refund: the booking may still land
+	}
+	return r, err
 }
+
+// SettleTime is how long after a charge or booking attempt ended the sample's providers may
+// still apply it (fakepay holds a "slow" request that long at most): until then a compensation
+// that finds nothing to undo is retried (activity.ForwardSettled).
+const SettleTime = 15 * time.Second
 
 // InterceptorConfig selects the activities whose effects are external: their receipts are
 // applied by the interceptor, and the providers deduplicate on the token.
 func InterceptorConfig() activity.InterceptorConfig {
-	dedup := activity.Options{DownstreamDeduplicates: true}
+	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
 	return activity.InterceptorConfig{Activities: map[string]activity.Options{
 		"Charge": dedup, "Refund": dedup, "CreateShipment": dedup, "CancelShipment": dedup,
 	}}
@@ -94,7 +109,7 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) {
 		"CreateShipment":   a.CreateShipment,
 		"CancelShipment":   a.CancelShipment,
 		"ReserveInventory": activity.WrapTx(store, reserve, nil),
-		"ReleaseInventory": activity.WrapTx(store, release, nil),
+		"ReleaseInventory": activity.WrapTx(store, release, &activity.Options{DownstreamSettleTime: SettleTime}),
 		"ConfirmOrder":     activity.WrapTx(store, confirm, nil),
 	} {
 		w.RegisterActivityWithOptions(fn, sdkactivity.RegisterOptions{Name: name})

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/saga"
@@ -166,7 +167,9 @@ func release(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
 		return 0, err
 	}
 	if !reserved {
-		return 0, nil
+		// Nothing to release, once the reservation can no longer commit: its last attempt may
+		// still hold its transaction open.
+		return 0, activity.ForwardSettled(ctx)
 	}
 	var left int64
 	if err := tx.QueryRow(ctx, "UPDATE payment_sample.stock SET units = units + $2 WHERE sku = $1 RETURNING units", o.SKU, o.Units).Scan(&left); err != nil {
