@@ -21,6 +21,9 @@ help: ## List the targets.
 NESTED := downstream/stripe
 TOOLS := bench
 
+# Compiles internal/failpoint's failpoints in; the fault tests build their worker with it.
+FAILPOINTS_TAG := tempotent_failpoints
+
 N ?= 50
 CHAOS_TIMEOUT ?= 60m
 
@@ -29,10 +32,12 @@ demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, work
 
 test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server.
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 vet: ## go vet, every module.
 	$(GO) vet ./...
+	$(GO) vet -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version), every module.
