@@ -10,7 +10,7 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
 TEMPORAL_CLI_VERSION := v1.5.1
 
-.PHONY: help demo test vet lint bench fuzz histories fakepay chaos
+.PHONY: help demo test vet lint crossbuild bench fuzz histories fakepay chaos
 
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ help: ## List the targets.
 NESTED := downstream/stripe
 TOOLS := bench
 
+# Compiles internal/failpoint's failpoints in; the fault tests build their worker with it.
+FAILPOINTS_TAG := tempotent_failpoints
+
 N ?= 50
 CHAOS_TIMEOUT ?= 60m
 
@@ -29,15 +32,23 @@ demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, work
 
 test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server.
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 vet: ## go vet, every module.
 	$(GO) vet ./...
+	$(GO) vet -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-lint: vet $(STATICCHECK) ## go vet and staticcheck (installed into bin/ at a pinned version), every module.
+lint: vet crossbuild $(STATICCHECK) ## go vet, crossbuild and staticcheck (installed into bin/ at a pinned version), every module.
 	$(STATICCHECK) ./...
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+
+# The library is for Linux, macOS and Windows workers alike; vet on Windows also type-checks the
+# tests (the fault tests are unix-only by their //go:build line: they send SIGSTOP).
+crossbuild: ## Build the toolkit's module for linux, darwin and windows (amd64), and vet it for windows.
+	for os in linux darwin windows; do GOOS=$$os GOARCH=amd64 $(GO) build ./... || exit 1; done
+	GOOS=windows GOARCH=amd64 $(GO) vet ./...
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)

@@ -71,14 +71,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	schema := pgx.Identifier{s.cfg.Schema}.Sanitize()
-	if _, err := s.db.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
-		return fmt.Errorf("migrate: create schema %s: %w", schema, err)
-	}
 	for _, m := range migrations {
 		err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 			// Serialises concurrent migrators of this schema; released at commit.
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('tempotent.migrate.' || $1))", s.cfg.Schema); err != nil {
 				return err
+			}
+			// Under the lock: two CREATE SCHEMA IF NOT EXISTS of a schema that does not exist
+			// yet race, and the loser fails on pg_namespace's unique index (23505) or with 42P06.
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema); err != nil {
+				return fmt.Errorf("create schema: %w", err)
 			}
 			if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+schema+`.tempotent_migration (
 				version    integer     PRIMARY KEY,

@@ -1,3 +1,5 @@
+//go:build unix
+
 package faults_test
 
 import (
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
@@ -61,7 +64,9 @@ func run(m *testing.M) (int, error) {
 	}
 	workerBin, fakepayBin = filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
 	for out, pkg := range map[string]string{workerBin: "../worker", fakepayBin: "../downstream/fakepay/cmd/fakepay"} {
-		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		// The tag compiles in the failpoints that the tests arm through failpoint.EnvVar;
+		// without it the worker would run straight past them.
+		if msg, err := exec.Command("go", "build", "-tags", failpoint.Tag, "-o", out, pkg).CombinedOutput(); err != nil {
 			return 0, fmt.Errorf("build %s: %v: %s", pkg, err, msg)
 		}
 	}

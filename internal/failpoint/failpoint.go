@@ -1,20 +1,24 @@
 // Package failpoint stops a process at a named point so that fault tests can kill it there with
-// a real signal. It does nothing unless the environment variable TEMPOTENT_FAILPOINTS names
-// points, as comma-separated name=action pairs:
+// a real signal.
+//
+// Failpoints are test-only machinery and are compiled only with the build tag
+// tempotent_failpoints (as etcd's gofail and TiDB's failpoint do):
+//
+//	go build -tags tempotent_failpoints -o worker ./worker
+//
+// Without the tag, which is every shipped build, Hit is an empty function that the compiler
+// inlines away: the environment is never read and no point can stop the process. The fault tests
+// in faults/ build their worker with the tag.
+//
+// In a build with the tag, Hit does nothing unless the environment variable TEMPOTENT_FAILPOINTS
+// names points, as comma-separated name=action pairs:
 //
 //	TEMPOTENT_FAILPOINTS=activity.after-downstream=pause
 //
 // Actions: "pause" blocks the goroutine that reached the point forever (the test then sends
-// SIGKILL or SIGSTOP), "kill" sends SIGKILL to the process itself. On reaching a point it writes
-// "failpoint <name> reached" to stderr, which the test waits for.
+// SIGKILL or SIGSTOP), "kill" kills the process itself (SIGKILL on unix). On reaching a point it
+// writes "failpoint <name> reached" to stderr, which the test waits for.
 package failpoint
-
-import (
-	"fmt"
-	"os"
-	"strings"
-	"syscall"
-)
 
 // Names of the points compiled into tempotent and its sample.
 const (
@@ -24,38 +28,9 @@ const (
 	InCompensation  = "sample.in-compensation"    // a compensation's downstream call returned
 )
 
-// EnvVar names the failpoints to arm.
+// EnvVar names the failpoints to arm. It is read only by builds with the tag
+// tempotent_failpoints.
 const EnvVar = "TEMPOTENT_FAILPOINTS"
 
-var armed = parse(os.Getenv(EnvVar))
-
-func parse(spec string) map[string]string {
-	if spec == "" {
-		return nil
-	}
-	m := map[string]string{}
-	for field := range strings.SplitSeq(spec, ",") {
-		name, action, _ := strings.Cut(strings.TrimSpace(field), "=")
-		m[name] = action
-	}
-	return m
-}
-
-// Hit stops the process at point name if it is armed. Unarmed, it costs a map length check.
-func Hit(name string) {
-	if len(armed) == 0 {
-		return
-	}
-	action, ok := armed[name]
-	if !ok {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "failpoint %s reached\n", name)
-	switch action {
-	case "kill":
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
-	default: // pause
-		select {}
-	}
-}
+// Tag is the build tag that compiles the failpoints in.
+const Tag = "tempotent_failpoints"
