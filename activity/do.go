@@ -151,10 +151,22 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 	obs := newObserver(ctx, s, k)
 
 	res := newReservation()
-	r, err := scanReceipt(s.queryRow(ctx, s.db, s.reserveSettings(c), s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
-		string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version, res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		r, err = s.read(ctx, k) // the concurrent winner's receipt, now committed
+	var (
+		r   receipt
+		err error
+	)
+	for range 2 {
+		r, err = scanReceipt(s.queryRow(ctx, s.receipts, s.reserveSettings(c), s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
+			string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version, res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// A concurrent attempt's receipt, committed after this statement's snapshot. It can
+			// be gone again by the time it is read (its reservation lost in a crash): reserve
+			// once more.
+			r, err = s.read(ctx, k)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
 	}
 	if err != nil {
 		return nil, &StoreError{Op: "reserve", Key: k, Err: err}
@@ -190,10 +202,11 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 			obs.count(MetricInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(wait)}
 		}
-		var fence int64
-		err := s.queryRow(ctx, s.db, s.sql.settings, s.sql.takeOver, k.Namespace, k.Tenant, k.Operation, k.ID, r.reservation,
-			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence)
+		var fence, ageUS int64
+		err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.takeOver, k.Namespace, k.Tenant, k.Operation, k.ID, r.reservation,
+			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS)
 		if err == nil {
+			a.age = time.Duration(ageUS) * time.Microsecond
 			obs.count(MetricTakenOver)
 			obs.log("took over a receipt whose lease ended", "fence", fence, "effect_possible", r.effectPossible)
 			return s.run(ctx, a, fn)
@@ -321,8 +334,16 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 			return settle(p, s.finish(ctx, a, p, nil))
 		}
 		// The downstream has no effect under the token, and do waited out its settle time:
-		// the earlier attempts had none.
+		// the earlier attempts had none. Asking took time: this attempt must still hold the
+		// receipt before it calls, or another may have asked too, and both would call.
 		a.effectPossible = false
+		if err := lease.extend(ctx, s.leaseFor(ctx, a.call)); err != nil {
+			var fenced *FencedOutError
+			if errors.As(err, &fenced) {
+				return nil, err
+			}
+			return nil, &StoreError{Op: "extend", Key: k, Err: err}
+		}
 	}
 
 	failpoint.Hit(failpoint.AfterReserve)
@@ -402,10 +423,11 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 	if err != nil || (r.state != StateCompleted && r.state != StateFailed) {
 		return &FencedOutError{Key: k}
 	}
-	if err := s.checkFingerprint(a.call, r, a.obs); err != nil {
+	if r.fingerprint != a.call.Fingerprint {
 		// The receipt was reserved again, for another request, after this attempt's
-		// reservation was lost: its result is not this request's.
-		return &fencedOut{recorded: &recorded{err: err}}
+		// reservation was lost: its result is not this request's. The retry is told so
+		// (PayloadMismatch) before it calls anything.
+		return &FencedOutError{Key: k}
 	}
 	p, err := s.replay(k, r)
 	return &fencedOut{recorded: &recorded{payload: p, err: err}}
@@ -415,7 +437,8 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 // happened. It reports whether a still held the receipt.
 func (s *Store) release(ctx context.Context, a *attempt, effectPossible bool) (bool, error) {
 	k := a.call.Key
-	tag, err := s.exec(ctx, s.sql.release, k.Namespace, k.Tenant, k.Operation, k.ID, a.reservation.uuid(), effectPossible)
+	tag, err := s.exec(ctx, s.sql.release, k.Namespace, k.Tenant, k.Operation, k.ID, a.reservation.uuid(), effectPossible,
+		newReservation().uuid())
 	return tag.RowsAffected() > 0, err
 }
 
@@ -572,7 +595,7 @@ func (s *Store) replayFailure(k keys.Key, r receipt) error {
 }
 
 func (s *Store) read(ctx context.Context, k keys.Key) (receipt, error) {
-	return s.readOn(ctx, s.db, k)
+	return s.readOn(ctx, s.receipts, k)
 }
 
 // readOn reads k's receipt through db: DoTx reads on the connection it already holds, since

@@ -41,7 +41,7 @@ func (s *Store) send(ctx context.Context, db batcher, settings, stmt string, arg
 
 // exec runs stmt under the store's timeouts.
 func (s *Store) exec(ctx context.Context, stmt string, args ...any) (pgconn.CommandTag, error) {
-	return s.execOn(ctx, s.db, stmt, args...)
+	return s.execOn(ctx, s.receipts, stmt, args...)
 }
 
 func (s *Store) execOn(ctx context.Context, db batcher, stmt string, args ...any) (pgconn.CommandTag, error) {
@@ -78,7 +78,7 @@ func (r settledRow) Scan(dest ...any) error {
 
 // query runs stmt under the store's timeouts and calls each for every row.
 func (s *Store) query(ctx context.Context, stmt string, args []any, each func(pgx.Rows) error) error {
-	res := s.send(ctx, s.db, s.sql.settings, stmt, args...)
+	res := s.send(ctx, s.receipts, s.sql.settings, stmt, args...)
 	_, err := res.Exec()
 	if err == nil {
 		var rows pgx.Rows

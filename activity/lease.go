@@ -46,15 +46,21 @@ func (l *leaseHolder) heartbeat(ctx context.Context) {
 	if time.Since(l.lastExtend) < lease/3 {
 		return
 	}
+	if l.extend(ctx, lease) == nil {
+		l.lastExtend = time.Now()
+	}
+}
+
+// extend moves the lease to lease from now. When it touches no row, the attempt no longer holds
+// the receipt, and its context is cancelled. An error leaves the lease as it was.
+func (l *leaseHolder) extend(ctx context.Context, lease time.Duration) error {
 	wctx, cancel := l.store.writeContext(ctx)
 	defer cancel()
 	k := l.key
 	tag, err := l.store.exec(wctx, l.store.sql.extend, k.Namespace, k.Tenant, k.Operation, k.ID, l.reservation.uuid(), lease.Microseconds())
-	switch {
-	case err != nil: // the lease stands as it was; the next heartbeat tries again
-	case tag.RowsAffected() == 0:
-		l.cancel(&FencedOutError{Key: k})
-	default:
-		l.lastExtend = time.Now()
+	if err == nil && tag.RowsAffected() == 0 {
+		err = &FencedOutError{Key: k}
+		l.cancel(err)
 	}
+	return err
 }

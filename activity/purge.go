@@ -30,7 +30,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 		return 0, fmt.Errorf("purge receipts: %w", err)
 	}
 	var held int64
-	if err := s.queryRow(ctx, s.db, s.sql.settings, s.sql.countHeld).Scan(&held); err != nil {
+	if err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countHeld).Scan(&held); err != nil {
 		return tag.RowsAffected(), fmt.Errorf("purge receipts: count the unresolved ones kept: %w", err)
 	}
 	s.cfg.MetricsHandler.Gauge(MetricUnresolvedHeld).Update(float64(held))
@@ -44,7 +44,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 // downstream did.
 func (s *Store) Unresolved(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.queryRow(ctx, s.db, s.sql.settings, s.sql.countUnresolved).Scan(&n); err != nil {
+	if err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countUnresolved).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count unresolved receipts: %w", err)
 	}
 	return n, nil

@@ -53,10 +53,12 @@ func newStatements(table string) statements {
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
 			table, receiptColumns),
 
-		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6.
-		// Race: two attempts may see the same ended lease; matching the reservation they saw
-		// ($5, NULL on receipts older than reservation identities) lets exactly one of them win,
-		// and the loser's reservation matches nothing afterwards.
+		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,
+		// and returns the receipt's age as of the takeover, which decides whether the token may
+		// still be sent (the downstream's key memory). Race: two attempts may see the same ended
+		// lease; matching the reservation they saw ($5, NULL on receipts older than reservation
+		// identities) lets exactly one of them win, and the loser's reservation matches nothing
+		// afterwards.
 		takeOver: fmt.Sprintf(`
 UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, effect_possible = true,
 	lease_expires_at = now() + $7::bigint * interval '1 microsecond',
@@ -64,7 +66,7 @@ UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, e
 	updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 	AND reservation IS NOT DISTINCT FROM $5 AND state = 'pending' AND lease_expires_at <= now()
-RETURNING fence`, table),
+RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, table),
 
 		// complete records one attempt's outcome. Race: an attempt that was taken over (paused
 		// past its lease, timed out while still running, or holding a reservation that was lost)
@@ -121,9 +123,13 @@ RETURNING r.reservation`, table),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
 		// once, with the same token, and records whether an effect may have happened ($6).
-		// Matched on the reservation like complete.
+		// Matched on the reservation like complete. It also replaces the reservation ($7, held by
+		// no attempt). Race: an attempt that read the receipt before the release decided what to
+		// do from the lease end and the effect_possible it saw (whether to wait for the settle
+		// time, whether to ask the downstream); the new reservation makes its takeover match
+		// nothing, and it reads again.
 		release: fmt.Sprintf(`
-UPDATE %[1]s SET lease_expires_at = now(), effect_possible = $6, updated_at = now()
+UPDATE %[1]s SET reservation = $7, lease_expires_at = now(), effect_possible = $6, updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND state = 'pending'`, table),
 
 		// extend moves the lease forward on a heartbeat. Matched on the reservation like

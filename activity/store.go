@@ -148,7 +148,10 @@ func (c *Config) validate() error {
 // Store keeps receipts in Postgres. It is safe for concurrent use; create one per pool and
 // share it.
 type Store struct {
-	db          *pgxpool.Pool
+	db *pgxpool.Pool
+	// receipts is where the receipt statements of Do go: db itself, except in the exploration
+	// test, which steps through them one at a time and injects faults between them.
+	receipts    batcher
 	cfg         Config
 	sql         statements
 	completions *completions
@@ -170,6 +173,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	s := &Store{
 		db:               db,
+		receipts:         db,
 		cfg:              c,
 		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
 		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
