@@ -10,7 +10,7 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
 TEMPORAL_CLI_VERSION := v1.5.1
 
-.PHONY: help demo test vet lint crossbuild bench fuzz histories fakepay chaos
+.PHONY: help demo test vet lint crossbuild bench fuzz histories fakepay chaos explore
 
 help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -24,11 +24,12 @@ TOOLS := bench
 # Compiles internal/failpoint's failpoints in; the fault tests build their worker with it.
 FAILPOINTS_TAG := tempotent_failpoints
 
-N ?= 50
+# N is how many orders, sagas or histories a target runs; each target has its own default.
+N ?=
 CHAOS_TIMEOUT ?= 60m
 
 demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, worker, N orders (N=50), summary.
-	$(GO) run ./samples/payment/cmd/demo -orders $(N)
+	$(GO) run ./samples/payment/cmd/demo -orders $(or $(N),50)
 
 test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server.
 	$(GO) test -race -count=1 ./...
@@ -58,6 +59,12 @@ $(STATICCHECK):
 bench: bin/temporal ## One table, about 2 minutes: cost per step as ratios to the bare operation and to DBOS, targets marked.
 	cd bench && $(GO) run . -temporal-cli $(CURDIR)/$(BIN)/temporal
 
+# make test explores 300 histories (the test's default); this runs N of them from SEED, or
+# replays one failing history with N=1 SEED=<its seed>.
+SEED ?= 1
+explore: ## Explore N histories of the receipt state machine from SEED (N=3000: about two minutes).
+	TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) $(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/
+
 fuzz: ## Fuzz the canonical JSON form for a minute.
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalize -fuzztime 60s ./keys/
 
@@ -66,7 +73,7 @@ bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to bui
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
 chaos: bin/temporal ## FAULTS.md rows 1-7, 10-13 and 18 at random over N sagas (N=50), ending with FAULTS.md's table.
-	TEMPOTENT_CHAOS_N=$(N) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
+	TEMPOTENT_CHAOS_N=$(or $(N),50) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
 
 fakepay: ## Run the fake payment provider on 127.0.0.1:8420, its ledger kept in .tmp/fakepay.json.
 	@mkdir -p .tmp
