@@ -122,7 +122,11 @@ const Schema = "payment_sample"
 
 // Migrate creates the sample's tables and stocks its one product.
 func Migrate(ctx context.Context, db *pgxpool.Pool) error {
+	// One implicit transaction (the statements go as one simple query), serialised by an
+	// advisory lock: CREATE ... IF NOT EXISTS races with itself when many workers start at once
+	// on a new database.
 	_, err := db.Exec(ctx, `
+SELECT pg_advisory_xact_lock(hashtext('tempotent.payment_sample.migrate'));
 CREATE SCHEMA IF NOT EXISTS payment_sample;
 CREATE TABLE IF NOT EXISTS payment_sample.stock (
 	sku   text PRIMARY KEY,
