@@ -351,6 +351,7 @@ func TestTakeover(t *testing.T) {
 		s, _ := setup(t, nil)
 		c := call(t, "order-12/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
+		c.DownstreamSettleTime = 100 * time.Millisecond // the downstream answers lookups at once
 		ledger := map[keys.Token]chargeResult{}
 		crashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = chargeResult{ChargeID: "ch_early", Token: tok.String()} })
 		c.Reconcile = func(_ context.Context, tok keys.Token) (any, bool, error) {

@@ -129,8 +129,12 @@ func TestStandaloneActivityWithoutExplicitKeyIsRefused(t *testing.T) {
 	// With the run scope it is keyed by its own activity run ID, never by "".
 	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
 		sdkactivity.RegisterOptions{Name: "ChargeRun"})
-	_, err = env.ExecuteActivity("ChargeRun", ChargeRequest{Order: "order-1", Amount: 100})
+	v, err := env.ExecuteActivity("ChargeRun", ChargeRequest{Order: "order-1", Amount: 100})
 	require.NoError(t, err)
+	var got Charge
+	require.NoError(t, v.Get(&got))
+	require.Equal(t, 100, got.Amount, "Wrap returned something else than the function's result")
+	require.NotEmpty(t, got.Token)
 	var id string
 	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT id FROM "+schema+".receipts").Scan(&id))
 	require.Regexp(t, `^activity:.+/.+$`, id)

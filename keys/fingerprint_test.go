@@ -124,6 +124,7 @@ func TestCanonicalizeSurrogateEscapes(t *testing.T) {
 		{"Pair", `"\ud83d\ude00"`, `"😀"`},
 		{"PairUpperCase", `"\uD83D\uDE00"`, `"😀"`},
 		{"PairInName", `{"\ud83d\ude00":1}`, `{"😀":1}`},
+		{"FirstPair", `"\ud800\udc00"`, "\"\U00010000\""},
 		{"LastPair", `"\udbff\udfff"`, "\"\U0010FFFF\""},
 		{"ReplacementCharacter", `"\ufffd"`, "\"\uFFFD\""},
 		{"EscapedBackslashBeforeU", `"\\ud800"`, `"\\ud800"`},

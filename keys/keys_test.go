@@ -96,6 +96,15 @@ func TestDeriveParts(t *testing.T) {
 	k.ID += "x"
 	require.ErrorIs(t, k.Validate(), keys.ErrInvalidKey)
 
+	// A derived ID is hashed only when it is longer than MaxIDLen.
+	const rest = len("wf:") + len("/run-1/charge#1")
+	k, err = keys.Derive(with(func(id *keys.Identity) { id.WorkflowID = strings.Repeat("w", keys.MaxIDLen-rest) }), keys.Options{})
+	require.NoError(t, err)
+	require.Equal(t, "wf:"+strings.Repeat("w", keys.MaxIDLen-rest)+"/run-1/charge#1", k.ID)
+	k, err = keys.Derive(with(func(id *keys.Identity) { id.WorkflowID = strings.Repeat("w", keys.MaxIDLen-rest+1) }), keys.Options{})
+	require.NoError(t, err)
+	require.Regexp(t, `^wf:sha256:[0-9a-f]{64}$`, k.ID)
+
 	long := with(func(id *keys.Identity) { id.WorkflowID = strings.Repeat("w", 5000) })
 	k, err = keys.Derive(long, keys.Options{})
 	require.NoError(t, err)
@@ -125,6 +134,12 @@ func TestIDEncoding(t *testing.T) {
 		{"Standalone", standalone, keys.Options{Scope: keys.ScopeRun}, "activity:a%2F1/ar-1"},
 		{"Explicit", run, keys.Options{Scope: keys.ScopeExplicit, ID: "order-123/charge#1"}, "explicit:order-123/charge#1"},
 		{"ExplicitLooksDerived", run, keys.Options{Scope: keys.ScopeExplicit, ID: "wf:order-123/run-1/charge#1"}, "explicit:wf:order-123/run-1/charge#1"},
+		// The occurrence after the last '#' is kept as it is only when it is all digits.
+		{"Occurrence10", step("charge#10"), keys.Options{}, "wf:order-123/run-1/charge#10"},
+		{"Occurrence9", step("charge#9"), keys.Options{}, "wf:order-123/run-1/charge#9"},
+		{"NoOccurrence", step("charge#v2"), keys.Options{}, "wf:order-123/run-1/charge%23v2"},
+		{"OccurrenceAlone", step("#3"), keys.Options{}, "wf:order-123/run-1/#3"},
+		{"EmptyOccurrence", step("charge#"), keys.Options{}, "wf:order-123/run-1/charge%23"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -379,3 +394,6 @@ func FuzzIDsAreUnambiguous(f *testing.F) {
 		}
 	})
 }
+
+// step is run with another step header.
+func step(s string) keys.Identity { return with(func(id *keys.Identity) { id.Step = s }) }
