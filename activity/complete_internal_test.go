@@ -1,41 +1,122 @@
 package activity
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 )
 
-// A batch of completions is bounded by bytes as well as by count, takes at least one, and never
-// holds two completions of one key.
-func TestCompletionBatchesAreBoundedByBytes(t *testing.T) {
+// TestTakeKeepsTheBatchBounds checks the bounds of one batch of completions: exactly maxBatch
+// by count, results up to exactly maxBatchBytes, one completion per key, the rest left queued
+// in order.
+func TestTakeKeepsTheBatchBounds(t *testing.T) {
 	t.Parallel()
-	newCompletion := func(id string, resultBytes int) *completion {
-		return &completion{key: keys.Key{Namespace: "ns", Operation: "op", ID: id}, outcome: outcome{state: StateCompleted, result: make([]byte, resultBytes)}}
-	}
 	q := &completions{}
-	for i := range 10 {
-		q.queue = append(q.queue, newCompletion(fmt.Sprint(i), 1<<20))
+	for i := range maxBatch + 10 {
+		q.queue = append(q.queue, &completion{key: keys.Key{ID: fmt.Sprint(i)}})
 	}
-	var sizes []int
-	for len(q.queue) > 0 {
-		batch := q.take()
-		bytes := 0
-		for _, c := range batch {
-			bytes += c.outcome.size()
-		}
-		require.LessOrEqual(t, bytes, maxBatchBytes)
-		sizes = append(sizes, len(batch))
+	require.Len(t, q.take(), maxBatch)
+	require.Len(t, q.queue, 10)
+	require.Equal(t, fmt.Sprint(maxBatch), q.queue[0].key.ID)
+
+	half := &outcome{}
+	half.result = make([]byte, maxBatchBytes/2-half.size())
+	q.queue = []*completion{
+		{key: keys.Key{ID: "a"}, outcome: *half},
+		{key: keys.Key{ID: "a"}, outcome: *half}, // the same key: never twice in one statement
+		{key: keys.Key{ID: "b"}, outcome: *half}, // fills the batch to exactly maxBatchBytes
+		{key: keys.Key{ID: "c"}},                 // one byte too many
 	}
-	require.Equal(t, []int{3, 3, 3, 1}, sizes)
+	batch := q.take()
+	require.Len(t, batch, 2)
+	require.Equal(t, "b", batch[1].key.ID)
+	require.Len(t, q.queue, 2)
+	require.Equal(t, "a", q.queue[0].key.ID)
+}
 
-	q.queue = []*completion{newCompletion("huge", 2*maxBatchBytes)}
-	require.Len(t, q.take(), 1, "a completion larger than the bound must still be written")
+// TestBatchSkipsWhatItCannotWrite sends batches of one and of several, with a receipt locked by
+// another transaction and a completion whose reservation no longer holds its receipt: the batch
+// writes the others at once and marks those two skipped (not written, no error), for their
+// callers to write alone; written alone, the locked one is recorded once the lock is gone and
+// the fenced-out one is not.
+func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	s, err := NewStore(pool, &Config{Schema: schema, LockTimeout: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	fp, err := keys.FingerprintOf(1)
+	require.NoError(t, err)
+	reserved := func(id string) *completion {
+		k := keys.Key{Namespace: "batch", Operation: "Charge", ID: id}
+		res := newReservation()
+		_, err := scanReceipt(s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
+			string(k.Token()), fp.Sum[:], fp.Version, res.uuid(), time.Hour.Microseconds(), s.cfg.Retention.Microseconds()))
+		require.NoError(t, err)
+		return &completion{key: k, reservation: res, fingerprint: fp,
+			outcome: outcome{state: StateCompleted, result: []byte("1")}, done: make(chan struct{})}
+	}
+	lock := func(c *completion) (unlock func()) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) }) // also when the test fails while it holds the lock
+		_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.key.ID)
+		require.NoError(t, err)
+		return func() { require.NoError(t, tx.Rollback(ctx)) }
+	}
+	requireSkipped := func(c *completion) {
+		t.Helper()
+		require.True(t, c.skipped, "%s not skipped", c.key.ID)
+		require.False(t, c.written, c.key.ID)
+		require.NoError(t, c.err, c.key.ID)
+	}
 
-	q.queue = []*completion{newCompletion("same", 1), newCompletion("same", 1), newCompletion("other", 1)}
-	require.Len(t, q.take(), 2)
-	require.Len(t, q.take(), 1)
+	alone := reserved("alone")
+	unlock := lock(alone)
+	s.completions.send([]*completion{alone})
+	requireSkipped(alone)
+	unlock()
+	written, err := s.completeOne(ctx, alone)
+	require.NoError(t, err)
+	require.True(t, written)
+
+	locked, free, fenced := reserved("locked"), reserved("free"), reserved("fenced")
+	fenced.reservation = newReservation() // taken over since
+	unlock = lock(locked)
+	batch := []*completion{locked, free, fenced}
+	for _, c := range batch {
+		c.done = make(chan struct{})
+	}
+	s.completions.send(batch)
+	requireSkipped(locked)
+	requireSkipped(fenced)
+	require.True(t, free.written)
+	require.False(t, free.skipped)
+	unlock()
+	written, err = s.completeOne(ctx, locked)
+	require.NoError(t, err)
+	require.True(t, written)
+	written, err = s.completeOne(ctx, fenced)
+	require.NoError(t, err)
+	require.False(t, written, "a completion whose reservation was taken over was recorded")
+}
+
+// TestRetryAfterIsBounded checks the next-retry delay of an InProgressError: the time the key
+// stays busy, but at least 100 ms (no retry storm on a lease about to end) and at most
+// Config.InProgressDelayMax.
+func TestRetryAfterIsBounded(t *testing.T) {
+	t.Parallel()
+	s := &Store{cfg: Config{InProgressDelayMax: 5 * time.Second}}
+	require.Equal(t, 100*time.Millisecond, s.retryAfter(time.Millisecond))
+	require.Equal(t, 2*time.Second, s.retryAfter(2*time.Second))
+	require.Equal(t, 5*time.Second, s.retryAfter(time.Hour))
 }

@@ -175,6 +175,7 @@ type explAttempt struct {
 	// faultOutsideFn: the fault that ended its lease came while it was in the state machine,
 	// not in the function: the state machine had the chance to check its lease again.
 	faultOutsideFn bool
+	storeFault     bool // a statement of its failed or lost its reply
 
 	finished bool
 	result   explResult
@@ -717,6 +718,9 @@ func (x *explorer) finished(a *explAttempt) error {
 		}
 		x.successes[a.k][a.payload] = append(x.successes[a.k][a.payload], a.result)
 	}
+	if errors.Is(a.err, ErrStore) && !a.storeFault {
+		return fmt.Errorf("attempt %d got a store error, though none of its statements failed: %v", a.id, a.err)
+	}
 	if errors.Is(a.err, ErrPayloadMismatch) && a.called {
 		return fmt.Errorf("attempt %d called the downstream and then got a payload mismatch", a.id)
 	}
@@ -1029,6 +1033,10 @@ func (b *steppedBatcher) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.Ba
 		if current, ok := b.x.currentReservation(b.a.k); ok && current == b.a.reservation {
 			b.a.zombie = false
 		}
+	}
+	switch act {
+	case backendGone, replyLost:
+		b.a.storeFault = true
 	}
 	switch act {
 	case backendGone:

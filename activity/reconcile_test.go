@@ -184,6 +184,31 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		require.Equal(t, 42, got)
 	})
 
+	// Past the key memory the token cannot be sent, so the downstream is asked; not before the
+	// settle time has passed since the last attempt ended, or it could say "not found" about a
+	// request it is still applying.
+	t.Run("AsksOnlyAfterTheSettleTime", func(t *testing.T) {
+		t.Parallel()
+		s, schema := setup(t, nil)
+		c := call(t, "order-7/charge", map[string]int{"amount": 100})
+		c.Lease = 50 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		c.DownstreamKeyMemory = time.Hour
+		c.DownstreamSettleTime = time.Hour
+		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		age(t, schema, c.Key, 2*time.Hour)
+		_, err := pgtest.Pool(t).Exec(ctx, "UPDATE "+schema+".receipts SET lease_expires_at = now() WHERE id = $1", c.Key.ID)
+		require.NoError(t, err) // the crashed attempt's lease ends now
+		asked := 0
+		c.Reconcile = func(context.Context, keys.Token) (any, bool, error) { asked++; return nil, false, nil }
+		_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+			t.Error("called past the key memory")
+			return 0, nil
+		})
+		require.ErrorIs(t, err, activity.ErrInProgress)
+		require.Zero(t, asked, "the downstream was asked before the settle time had passed")
+	})
+
 	t.Run("WithinTheKeyMemory", func(t *testing.T) {
 		t.Parallel()
 		s, schema := setup(t, nil)
