@@ -239,6 +239,19 @@ func TestFailureWithUnstorableMessageIsRecorded(t *testing.T) {
 	require.ErrorAs(t, err, &appErr)
 	require.Equal(t, "Declined", appErr.Type())
 	require.Equal(t, "card\uFFFDdeclined \uFFFD", appErr.Message())
+
+	// The same for an error type that came off the wire.
+	c = call(t, "order-9/charge", map[string]int{"amount": 100})
+	_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		return 0, temporal.NewNonRetryableApplicationError("declined", "card_\xffdeclined", nil)
+	})
+	require.Error(t, err)
+	_, err = activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		t.Error("the recorded failure was not replayed")
+		return 0, nil
+	})
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, "card_\uFFFDdeclined", appErr.Type())
 }
 
 // Completions of concurrent attempts share statements; each is recorded under its own key.

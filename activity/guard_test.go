@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -196,6 +198,22 @@ func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT state, result FROM "+schema+".receipts").Scan(&state, &result))
 	require.Equal(t, activity.StateFailed, state)
 	require.Nil(t, result)
+}
+
+// A result of exactly Config.MaxPayloadBytes is stored; one byte more is refused.
+func TestResultAtTheLimitIsStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	result := strings.Repeat("x", 1000)
+	p, err := converter.GetDefaultDataConverter().ToPayload(result)
+	require.NoError(t, err)
+	size := proto.Size(p)
+	s, _ := setup(t, &activity.Config{MaxPayloadBytes: size})
+	got, err := activity.Do(ctx, s, call(t, "order-1/export", 1), func(context.Context) (string, error) { return result, nil })
+	require.NoError(t, err)
+	require.Equal(t, result, got)
+	_, err = activity.Do(ctx, s, call(t, "order-2/export", 1), func(context.Context) (string, error) { return result + "x", nil })
+	require.ErrorIs(t, err, activity.ErrPayloadTooLarge)
 }
 
 func TestUnmigratedStoreSaysWhatToDo(t *testing.T) {

@@ -324,3 +324,24 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Greater(t, leaseLeft, time.Duration(0), "the lease ended while the attempt was heartbeating")
 }
+
+// An activity without a heartbeat timeout holds its receipt until its deadline: the lease is
+// bounded by the heartbeat timeout only when there is one.
+func TestLeaseWithoutAHeartbeatTimeoutLastsToTheDeadline(t *testing.T) {
+	t.Parallel()
+	s, schema := setup(t, nil)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	leaseLeft := func(ctx context.Context, _ int) (float64, error) {
+		var left float64
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
+		return left, err
+	}
+	env.RegisterActivityWithOptions(activity.Wrap(s, leaseLeft, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
+		sdkactivity.RegisterOptions{Name: "LeaseLeft"})
+	v, err := env.ExecuteActivity("LeaseLeft", 1)
+	require.NoError(t, err)
+	var left float64
+	require.NoError(t, v.Get(&left))
+	require.Greater(t, left, 1.0, "the lease ended with the activity still running")
+}
