@@ -47,7 +47,8 @@ type Config struct {
 // Every POST needs an Idempotency-Key. The first response per key (declines and stored 500s
 // too) is stored and replayed; a request that reuses a key with other parameters gets 400
 // idempotency_error; a duplicate that arrives while the first is in flight gets 409; keys are
-// forgotten after the retention. The source "tok_chargeDeclined" declines, as in Stripe's test
+// forgotten after the retention. (The fault ignore_keys turns all of this off, for a provider
+// that does not deduplicate.) The source "tok_chargeDeclined" declines, as in Stripe's test
 // mode. Refunding an already refunded charge answers charge_already_refunded.
 type Server struct {
 	cfg Config
@@ -195,25 +196,28 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	}
 
 	request := r.Method + " " + r.URL.Path + " " + r.PostForm.Encode() // Encode sorts by key
-	if e, ok := s.st.Keys[key]; ok && time.Since(e.Created) > s.cfg.Retention {
-		delete(s.st.Keys, key)
-	}
-	if s.inFlight[key] {
-		s.mu.Unlock()
-		writeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotency-Key; retry later")
-		return
-	}
-	if e, ok := s.st.Keys[key]; ok {
-		s.mu.Unlock()
-		if e.Request != request {
-			writeError(w, http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with")
+	dedup := !faults.IgnoreKeys
+	if dedup {
+		if e, ok := s.st.Keys[key]; ok && time.Since(e.Created) > s.cfg.Retention {
+			delete(s.st.Keys, key)
+		}
+		if s.inFlight[key] {
+			s.mu.Unlock()
+			writeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotency-Key; retry later")
 			return
 		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeRaw(w, e.Status, e.Body)
-		return
+		if e, ok := s.st.Keys[key]; ok {
+			s.mu.Unlock()
+			if e.Request != request {
+				writeError(w, http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with")
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, e.Status, e.Body)
+			return
+		}
+		s.inFlight[key] = true
 	}
-	s.inFlight[key] = true
 	drop := faults.Drop > 0 && s.nth("drop", key) <= faults.Drop
 	s.mu.Unlock()
 
@@ -230,8 +234,10 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 		status, body = s.refund(key, r.PostForm)
 	}
 	raw, _ := json.Marshal(body)
-	s.st.Keys[key] = &entry{Request: request, Status: status, Body: raw, Created: time.Now()}
-	delete(s.inFlight, key)
+	if dedup {
+		s.st.Keys[key] = &entry{Request: request, Status: status, Body: raw, Created: time.Now()}
+		delete(s.inFlight, key)
+	}
 	s.save()
 	s.mu.Unlock()
 
