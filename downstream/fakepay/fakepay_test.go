@@ -104,6 +104,7 @@ func TestFaults(t *testing.T) {
 		require.False(t, appErr.NonRetryable())
 		require.NoError(t, <-errs)
 		require.Equal(t, 1, srv.Ledger().ChargesByToken[tok.String()])
+		require.Equal(t, 1, srv.Ledger().ConflictsByKey[tok.String()])
 	})
 
 	t.Run("DropAfterApplyIsAmbiguousThenReplays", func(t *testing.T) {

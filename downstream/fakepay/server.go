@@ -53,11 +53,12 @@ type Config struct {
 type Server struct {
 	cfg Config
 
-	mu       sync.Mutex
-	st       state
-	inFlight map[string]bool
-	faultN   map[string]int // "<fault>/<key>" → times applied
-	requests map[string]int // idempotency key → POSTs received since start
+	mu        sync.Mutex
+	st        state
+	inFlight  map[string]bool
+	faultN    map[string]int // "<fault>/<key>" → times applied
+	requests  map[string]int // idempotency key → POSTs received since start
+	conflicts map[string]int // idempotency key → 409s answered since start
 }
 
 // state is what survives a restart when StatePath is set.
@@ -102,7 +103,8 @@ type entry struct {
 
 // New returns a Server, loading its state from cfg.StatePath when that file exists.
 func New(cfg *Config) (*Server, error) {
-	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, st: state{Keys: map[string]*entry{}}}
+	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, conflicts: map[string]int{},
+		st: state{Keys: map[string]*entry{}}}
 	if cfg != nil {
 		s.cfg = *cfg
 	}
@@ -202,6 +204,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 			delete(s.st.Keys, key)
 		}
 		if s.inFlight[key] {
+			s.conflicts[key]++
 			s.mu.Unlock()
 			writeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotency-Key; retry later")
 			return
@@ -336,6 +339,9 @@ type Ledger struct {
 	// RequestsByKey counts the POSTs received per idempotency key since this process started,
 	// faulted and replayed ones included: how often a caller came back with the same key.
 	RequestsByKey map[string]int `json:"requests_by_key"`
+	// ConflictsByKey counts the 409s answered per idempotency key since this process started:
+	// duplicates that arrived while the key's first request was in flight.
+	ConflictsByKey map[string]int `json:"conflicts_by_key"`
 }
 
 // LedgerCharge is one charge in the ledger.
@@ -372,7 +378,8 @@ func (l Ledger) RefundsOfToken(token string) int {
 func (s *Server) Ledger() Ledger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}, RequestsByKey: maps.Clone(s.requests)}
+	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}, RequestsByKey: maps.Clone(s.requests),
+		ConflictsByKey: maps.Clone(s.conflicts)}
 	for _, c := range s.st.Charges {
 		tok := c.Metadata[downstream.TokenMetadataKey]
 		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})
