@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
@@ -18,24 +19,36 @@ import (
 // provider answers with the first charge: one charge, and the saga sees it.
 func TestRow01KilledAfterChargeBeforeReceipt(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	first := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterDownstream + "=pause")
 	o := w.order("o")
-	run := w.saga(o)
-	first.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
-	require.Len(t, w.charges(o.ID), 1, "the provider had not charged when the worker stopped")
-	first.kill()
+	run, token := w.killAfterCharge(o)
 
-	w.startWorker()
+	second := w.startWorker()
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompleted, r.Status)
 	charges := w.charges(o.ID)
 	require.Len(t, charges, 1, "a second charge")
 	require.Equal(t, charges[0].ID, r.ChargeID, "the retry did not return the first charge")
-	require.Equal(t, 2, w.ledger().RequestsByKey[stepToken(r, "charge")], "the takeover did not call with the same key")
-	state, fence, _ := w.receipt("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, state)
-	require.Equal(t, int64(2), fence)
+	require.Equal(t, 2, w.ledger().RequestsByKey[token], "the takeover did not call with the same key")
+	rc := w.receiptRow("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, int64(2), rc.Fence, "not one takeover")
+	require.Equal(t, 2, rc.Attempts)
+	require.Equal(t, 1, second.logged(logTookOver), "the second worker did not take the receipt over")
 	require.Zero(t, w.pending())
+}
+
+// killAfterCharge starts a worker that stops after the provider charged o, before the receipt
+// is completed, checks that it charged, and kills it. It returns the saga's run and the charge's
+// token. extra are more environment assignments for the worker.
+func (w *world) killAfterCharge(o payment.Order, extra ...string) (client.WorkflowRun, string) {
+	w.t.Helper()
+	first := w.startWorker(append(extra, failpoint.EnvVar+"="+failpoint.AfterDownstream+"=pause")...)
+	run := w.saga(o)
+	first.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
+	charges := w.charges(o.ID)
+	require.Len(w.t, charges, 1, "the provider had not charged when the worker stopped")
+	first.kill()
+	return run, charges[0].Token
 }
 
 // Row 2: the worker is killed after the receipt was completed, before Temporal heard of it.
@@ -74,13 +87,15 @@ func TestRow03KilledAfterReserveBeforeCall(t *testing.T) {
 	require.Empty(t, w.charges(o.ID))
 	first.kill()
 
-	w.startWorker()
+	second := w.startWorker()
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompleted, r.Status)
 	require.Len(t, w.charges(o.ID), 1)
 	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(r, "charge")])
-	state, fence, _ := w.receipt("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, state)
-	require.Equal(t, int64(2), fence, "the second attempt did not take over")
+	rc := w.receiptRow("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, int64(2), rc.Fence, "the second attempt did not take over")
+	require.Equal(t, 2, rc.Attempts)
+	require.Equal(t, 1, second.logged(logTookOver), "the second worker did not take the receipt over")
 	require.Zero(t, w.pending())
 }

@@ -18,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/workflow"
@@ -229,6 +232,9 @@ func (w *world) spawnWorker(extra ...string) (*workerProc, error) {
 	go func() {
 		s := bufio.NewScanner(stderr)
 		for s.Scan() {
+			p.mu.Lock()
+			p.log = append(p.log, s.Text())
+			p.mu.Unlock()
 			select {
 			case p.lines <- s.Text():
 			default: // nobody is waiting for lines this old
@@ -247,7 +253,36 @@ type workerProc struct {
 	cmd   *exec.Cmd
 	lines chan string
 	once  sync.Once
+	mu    sync.Mutex
+	log   []string // every line the worker wrote
 }
+
+// logged counts the lines the worker wrote so far that contain s: how the tests see the
+// receipt's guards act inside a worker (the activity package logs "tempotent: took over …",
+// "tempotent: fenced out …", "tempotent: reconcile failed").
+func (p *workerProc) logged(s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, line := range p.log {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// awaitLogged waits until the worker wrote a line containing s.
+func (p *workerProc) awaitLogged(s string, timeout time.Duration) {
+	p.t.Helper()
+	require.Eventually(p.t, func() bool { return p.logged(s) > 0 }, timeout, 50*time.Millisecond, "the worker did not write %q", s)
+}
+
+// Lines the activity package writes when its guards act.
+const (
+	logTookOver  = "tempotent: took over a receipt whose lease ended"
+	logFencedOut = "tempotent: fenced out"
+)
 
 // waitFor waits until the worker writes a line containing s.
 func (p *workerProc) waitFor(s string, timeout time.Duration) {
@@ -377,6 +412,15 @@ func (w *world) db() *pgxpool.Pool {
 	return w.pool
 }
 
+// reconnect drops the test's own connections to a database it does not share (after a crash,
+// they are dead), so that the next query connects afresh.
+func (w *world) reconnect() {
+	if w.pool != nil {
+		w.pool.Close()
+		w.pool = nil
+	}
+}
+
 // pending counts receipts left pending.
 func (w *world) pending() int {
 	var n int
@@ -399,6 +443,46 @@ func (w *world) receipt(op, idSuffix string) (state string, fence int64, payload
 	return state, fence, payload
 }
 
+// receiptCount counts the receipts.
+func (w *world) receiptCount() int {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.db().QueryRow(context.Background(), "SELECT count(*) FROM "+w.schema+".receipts").Scan(&n))
+	return n
+}
+
+// receiptRow is a receipts row as the tests check it.
+type receiptRow struct {
+	State          string
+	Fence          int64
+	Attempts       int
+	EffectPossible bool
+	Reservation    pgtype.UUID
+	ErrorType      *string
+	Fingerprint    []byte
+	Result         []byte
+	UpdatedAt      time.Time
+}
+
+// receiptRow returns the receipt with operation op whose id ends with idSuffix.
+func (w *world) receiptRow(op, idSuffix string) receiptRow {
+	w.t.Helper()
+	rows := w.receiptRows(op, idSuffix)
+	require.Len(w.t, rows, 1, "receipts of %s …%s", op, idSuffix)
+	return rows[0]
+}
+
+// receiptRows returns the receipts with operation op whose id ends with idSuffix.
+func (w *world) receiptRows(op, idSuffix string) []receiptRow {
+	w.t.Helper()
+	rows, err := w.db().Query(context.Background(), `SELECT state, fence, attempts, effect_possible, reservation, error_type,
+		fingerprint, result, updated_at FROM `+w.schema+`.receipts WHERE operation = $1 AND id LIKE '%' || $2`, op, idSuffix)
+	require.NoError(w.t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[receiptRow])
+	require.NoError(w.t, err)
+	return out
+}
+
 // stepToken is the provider-facing token of a saga step, from the saga's own record.
 func stepToken(r payment.Result, step string) string {
 	for _, s := range r.Saga.Steps {
@@ -409,22 +493,71 @@ func stepToken(r payment.Result, step string) string {
 	return ""
 }
 
-// activityResult returns the result payload that Temporal recorded for the first completed
-// activity of type activityType in the run's history.
-func activityResult(t *testing.T, w *world, run client.WorkflowRun, activityType string) *commonpb.Payload {
+// activityStarted returns the started event that Temporal recorded for the first activity of
+// type activityType in the run's history: for an activity that was retried it carries the
+// attempt that finished and the failure of the attempt before.
+func activityStarted(t *testing.T, w *world, run client.WorkflowRun, activityType string) *historypb.ActivityTaskStartedEventAttributes {
+	t.Helper()
+	return activityEvent(t, w, run, activityType, "started", func(ev *historypb.HistoryEvent) (*historypb.ActivityTaskStartedEventAttributes, int64) {
+		a := ev.GetActivityTaskStartedEventAttributes()
+		return a, a.GetScheduledEventId()
+	})
+}
+
+// activityEvent returns the attributes of the first event of the run's history that attrs
+// finds (returning them and their activity's scheduled event ID) for an activity of type
+// activityType.
+func activityEvent[A comparable](t *testing.T, w *world, run client.WorkflowRun, activityType, what string,
+	attrs func(*historypb.HistoryEvent) (A, int64)) A {
 	t.Helper()
 	scheduled := map[int64]string{}
 	iter := w.temporal.client.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
+	var none A
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		require.NoError(t, err)
 		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
 			scheduled[ev.GetEventId()] = a.GetActivityType().GetName()
 		}
-		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] == activityType {
-			return a.GetResult().GetPayloads()[0]
+		if a, id := attrs(ev); a != none && scheduled[id] == activityType {
+			return a
 		}
 	}
-	t.Fatalf("no completed %s activity in %s", activityType, run.GetID())
-	return nil
+	t.Fatalf("no %s %s activity in %s", what, activityType, run.GetID())
+	return none
+}
+
+// awaitAttemptFailure waits until the run's pending activity of type activityType has last
+// failed with an application error of type errType whose message contains text: what Temporal
+// recorded of an attempt, while the activity is still being retried.
+func awaitAttemptFailure(t *testing.T, w *world, run client.WorkflowRun, activityType, errType, text string) {
+	t.Helper()
+	var last string
+	require.Eventually(t, func() bool {
+		d, err := w.temporal.client.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID())
+		if err != nil {
+			return false
+		}
+		for _, a := range d.GetPendingActivities() {
+			f := a.GetLastFailure()
+			if a.GetActivityType().GetName() != activityType || f == nil {
+				continue
+			}
+			last = f.GetApplicationFailureInfo().GetType() + ": " + f.GetMessage()
+			if f.GetApplicationFailureInfo().GetType() == errType && strings.Contains(f.GetMessage(), text) {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Minute, 100*time.Millisecond, "%s never failed with %s containing %q; last failure: %s", activityType, errType, text, last)
+}
+
+// activityResult returns the result payload that Temporal recorded for the first completed
+// activity of type activityType in the run's history.
+func activityResult(t *testing.T, w *world, run client.WorkflowRun, activityType string) *commonpb.Payload {
+	t.Helper()
+	return activityEvent(t, w, run, activityType, "completed", func(ev *historypb.HistoryEvent) (*historypb.ActivityTaskCompletedEventAttributes, int64) {
+		a := ev.GetActivityTaskCompletedEventAttributes()
+		return a, a.GetScheduledEventId()
+	}).GetResult().GetPayloads()[0]
 }

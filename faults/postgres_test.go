@@ -221,6 +221,26 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
+// checkpoint stops the cluster cleanly, copies its data directory and starts it again. The
+// function it returns crash-stops the cluster, sets its data back to the copy and starts it:
+// every write since the checkpoint is lost, as a crash loses an asynchronous commit that was not
+// flushed yet (or a failover, one the standby had not received). Once only.
+func (c *cluster) checkpoint() (lose func()) {
+	c.t.Helper()
+	data := filepath.Join(c.dir, "data")
+	c.ctl("stop", "-m", "fast")
+	out, err := exec.Command("cp", "-a", data, data+".checkpoint").CombinedOutput()
+	require.NoError(c.t, err, "copy the data directory: %s", out)
+	c.ctl("start")
+	return func() {
+		c.t.Helper()
+		c.ctl("stop", "-m", "immediate")
+		require.NoError(c.t, os.RemoveAll(data))
+		require.NoError(c.t, os.Rename(data+".checkpoint", data))
+		c.ctl("start")
+	}
+}
+
 func (c *cluster) run(tool string, args ...string) {
 	c.t.Helper()
 	cmd := exec.Command(filepath.Join(c.bin, tool), args...)

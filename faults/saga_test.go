@@ -28,13 +28,56 @@ func TestRow13KilledDuringCompensation(t *testing.T) {
 	require.Equal(t, 1, w.refunds(o.ID), "the refund had not happened when the worker stopped")
 	first.kill()
 
-	w.startWorker()
+	second := w.startWorker()
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompensated, r.Status)
 	require.Len(t, w.charges(o.ID), 1)
 	require.Equal(t, 1, w.refunds(o.ID), "a compensation ran twice")
 	require.Empty(t, w.carrierLedger().Refunds, "a shipment that never happened was cancelled")
+	// The retried refund took the compensation's receipt over and asked again under the
+	// compensation's own key, which the provider answered with the first refund.
+	var compToken string
+	for _, s := range r.Saga.Steps {
+		if s.Name == "charge" {
+			compToken = s.CompensationToken
+		}
+	}
+	require.Equal(t, 2, w.ledger().RequestsByKey[compToken], "the retried refund did not use the compensation's key")
+	require.Equal(t, 1, second.logged(logTookOver), "the retried refund did not take over the compensation's receipt")
 	require.Zero(t, w.pending())
+}
+
+// Row 21: a compensation runs while the forward call is still in flight. The first 19 charge
+// attempts get a 500; the provider holds the 20th, the last the sample's retry policy allows,
+// past its 10 s timeout and applies it 7 s later, within the sample's settle time (15 s). The
+// saga compensates as soon as the last attempt timed out, while the charge is still on its way:
+// the refund must not conclude "nothing to undo" (and replay that forever) but retry with
+// ForwardUnsettled until the charge has landed, then refund it once.
+func TestRow21CompensationWhileForwardInFlight(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startWorker()
+	o := w.order("o")
+	o.ChargeFaults = "fail_500=19,slow=17s"
+	run := w.saga(o)
+	r := w.result(run)
+	require.Equal(t, payment.StatusCompensated, r.Status)
+	token := stepToken(r, "charge")
+	require.Equal(t, 20, w.ledger().RequestsByKey[token], "the charge did not use its last attempt")
+	charges := w.charges(o.ID)
+	require.Len(t, charges, 1, "the held charge did not land")
+	require.Equal(t, 1, w.refunds(o.ID), "the charge that landed after the saga gave up was not refunded once")
+
+	refund := activityStarted(t, w, run, "Refund")
+	require.Greater(t, refund.GetAttempt(), int32(1), "the refund found the charge at once: the test did not compensate while it was in flight")
+	require.Equal(t, activity.ErrTypeForwardUnsettled, refund.GetLastFailure().GetApplicationFailureInfo().GetType(),
+		"the refund was not retried as unsettled")
+	// Nobody recorded the charge's outcome: its last attempt timed out, and no attempt came
+	// after. Its receipt stays unresolved (pending, an effect possible) for an operator, and
+	// is never purged; it is the only one.
+	rc := w.receiptRow("charge", "/charge#1")
+	require.Equal(t, activity.StatePending, rc.State)
+	require.True(t, rc.EffectPossible)
+	require.Equal(t, 1, w.pending())
 }
 
 // Row 14: the workflow is reset to before the charge with `temporal workflow reset`. The new
@@ -47,6 +90,7 @@ func TestRow14ResetAfterCharge(t *testing.T) {
 	run := w.saga(o)
 	first := w.result(run)
 	require.Equal(t, payment.StatusCompleted, first.Status)
+	before := w.receiptCount()
 
 	reset(t, w, run.GetID(), "FirstWorkflowTask")
 	again := w.temporal.client.GetWorkflow(context.Background(), run.GetID(), "")
@@ -57,6 +101,10 @@ func TestRow14ResetAfterCharge(t *testing.T) {
 	require.Len(t, w.charges(o.ID), 1, "the reset charged again")
 	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(first, "charge")], "the reset run called the provider")
 	require.Len(t, w.carrierLedger().Charges, 1, "the reset booked a second shipment")
+	// The guard itself: the reset run's keys are the first run's (OriginalRunID, not RunID),
+	// so it found every receipt and wrote none.
+	require.Len(t, w.receiptRows("charge", ""), 1, "the reset run's charge has a receipt of its own")
+	require.Equal(t, before, w.receiptCount(), "the reset run wrote receipts of its own")
 }
 
 // Row 9: a late retry after the receipt was purged. The receipts are purged, then the workflow

@@ -12,32 +12,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/activity"
-	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
 // Row 10: the start-to-close timeout fires while the first attempt still runs (a provider slower
-// than the 10 s timeout). The attempts are fenced: one charge, and the first attempt's late
-// outcome does not overwrite the receipt.
+// than the 10 s timeout). The attempts are fenced: the ones that take over meet the first
+// request still in flight at the provider (409) until it lands, then get its charge; one charge,
+// and the first attempt's late outcome does not overwrite the receipt.
 func TestRow10TimeoutWhileFirstAttemptRuns(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	w.startWorker()
+	worker := w.startWorker()
 	o := w.order("o")
-	o.ChargeFaults = "slow=12s"
+	o.ChargeFaults = "slow=14s"
 	r := w.result(w.saga(o))
 	require.Equal(t, payment.StatusCompleted, r.Status)
 	charges := w.charges(o.ID)
 	require.Len(t, charges, 1)
 	require.Equal(t, charges[0].ID, r.ChargeID)
-	state, fence, _ := w.receipt("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, state)
-	require.GreaterOrEqual(t, fence, int64(2), "the second attempt did not take over")
+	require.Positive(t, w.ledger().ConflictsByKey[charges[0].Token], "no attempt met the first one in flight at the provider")
+	rc := w.receiptRow("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, rc.State)
+	require.GreaterOrEqual(t, rc.Fence, int64(2), "the second attempt did not take over")
+	require.Positive(t, worker.logged(logTookOver))
 	require.Zero(t, w.pending())
 }
 
 // Row 11: a worker paused (SIGSTOP) longer than its lease, then resumed (SIGCONT). Another worker
-// takes over meanwhile; the resumed one's completion is fenced out: one charge.
+// takes over meanwhile; the resumed one's completion is fenced out: one charge, and the receipt
+// the other worker completed is not touched.
 func TestRow11PausedWorkerResumes(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	paused := w.startWorker()
@@ -51,12 +54,13 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompleted, r.Status)
+	completed := w.receiptRow("charge", "/charge#1")
+	require.Equal(t, activity.StateCompleted, completed.State)
+	require.GreaterOrEqual(t, completed.Fence, int64(2))
 	require.NoError(t, paused.signal(syscall.SIGCONT))
-	time.Sleep(3 * time.Second) // let the resumed worker try to record its outcome
+	paused.awaitLogged(logFencedOut, 2*time.Minute)
+	require.Equal(t, completed, w.receiptRow("charge", "/charge#1"), "the resumed worker wrote to the receipt")
 	require.Len(t, w.charges(o.ID), 1)
-	state, fence, _ := w.receipt("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, state)
-	require.GreaterOrEqual(t, fence, int64(2))
 	require.Zero(t, w.pending())
 }
 
@@ -76,11 +80,8 @@ func TestRow18TemporalServerKilled(t *testing.T) {
 	t.Cleanup(func() { server.kill() })
 	w := newWorld(t, worldOptions{temporal: server})
 
-	stranding := w.startWorker(failpoint.EnvVar + "=" + failpoint.AfterDownstream + "=pause")
 	stranded := w.order("stranded")
-	w.saga(stranded)
-	stranding.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
-	stranding.kill()
+	w.killAfterCharge(stranded)
 
 	w.startWorker()
 	orders := []payment.Order{stranded}

@@ -25,17 +25,18 @@ func main() {
 	cfg.Bind(flag.CommandLine)
 	paymentsURL := flag.String("payments-url", os.Getenv("FAKEPAY_URL"), "payment provider (fakepay API); empty starts one in this process (env FAKEPAY_URL)")
 	carrierURL := flag.String("carrier-url", os.Getenv("CARRIER_URL"), "shipping carrier (fakepay API); empty starts one in this process (env CARRIER_URL)")
+	lookupURL := flag.String("lookup-url", os.Getenv("LOOKUP_URL"), "where LegacyCharge's reconcile looks charges up (fakepay API); empty uses the payment provider (env LOOKUP_URL)")
 	flag.Parse()
 	if cfg.TaskQueue == setup.TaskQueueDefault {
 		cfg.TaskQueue = payment.TaskQueue
 	}
-	if err := run(cfg, *paymentsURL, *carrierURL); err != nil {
+	if err := run(cfg, *paymentsURL, *carrierURL, *lookupURL); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg setup.Config, paymentsURL, carrierURL string) error {
+func run(cfg setup.Config, paymentsURL, carrierURL, lookupURL string) error {
 	ctx := context.Background()
 	env, err := setup.Start(ctx, cfg)
 	if err != nil {
@@ -58,11 +59,12 @@ func run(cfg setup.Config, paymentsURL, carrierURL string) error {
 			*p = hs.URL
 		}
 	}
-	env.Log.Info("downstreams", "payments", paymentsURL, "carrier", carrierURL)
+	env.Log.Info("downstreams", "payments", paymentsURL, "carrier", carrierURL, "lookup", lookupURL)
 	if env.TemporalUI != "" {
 		fmt.Fprintf(os.Stderr, "\nTemporal Web UI: %s\n\n", env.TemporalUI)
 	}
-	w := env.NewWorker(payment.InterceptorConfig())
-	payment.Register(w, payment.NewActivities(paymentsURL, carrierURL), env.Store)
+	a := payment.NewActivities(paymentsURL, carrierURL, lookupURL)
+	w := env.NewWorker(a.InterceptorConfig())
+	payment.Register(w, a, env.Store)
 	return env.Run(ctx, w)
 }

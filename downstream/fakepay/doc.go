@@ -9,7 +9,8 @@
 //
 // Faults (Faults, ParseFaults) are set for a whole run (Config.Faults, PUT /faults, -faults) or
 // per request (the Fakepay-Fault header): fail N times with 500, 429 with Retry-After, slow
-// responses, declines, and "apply, then drop the connection" — the response is lost.
+// responses, declines, and "apply, then drop the connection" — the response is lost; and, with
+// ignore_keys, a provider that does not deduplicate at all.
 //
 // It runs in-process (Server is an http.Handler; use httptest.NewServer) or as its own process,
 // whose state file survives SIGKILL:

@@ -104,6 +104,7 @@ func TestFaults(t *testing.T) {
 		require.False(t, appErr.NonRetryable())
 		require.NoError(t, <-errs)
 		require.Equal(t, 1, srv.Ledger().ChargesByToken[tok.String()])
+		require.Equal(t, 1, srv.Ledger().ConflictsByKey[tok.String()])
 	})
 
 	t.Run("DropAfterApplyIsAmbiguousThenReplays", func(t *testing.T) {
@@ -156,11 +157,29 @@ func TestFaults(t *testing.T) {
 		require.Len(t, srv.Ledger().Charges, 2)
 	})
 
+	t.Run("IgnoreKeysChargesEveryRequest", func(t *testing.T) {
+		t.Parallel()
+		srv, client := start(t, &fakepay.Config{Faults: fakepay.Faults{IgnoreKeys: true}})
+		ctx, tok := keyed("ignore")
+		first, err := client.Charge(ctx, req)
+		require.NoError(t, err)
+		second, err := client.Charge(ctx, req)
+		require.NoError(t, err)
+		require.NotEqual(t, first.ID, second.ID, "a provider that ignores keys charges again")
+		l := srv.Ledger()
+		require.Equal(t, 2, l.ChargesByToken[tok.String()])
+		require.Equal(t, 2, l.RequestsByKey[tok.String()])
+		found, ok, err := client.Lookup(ctx, tok)
+		require.NoError(t, err)
+		require.True(t, ok, "the token in the metadata finds the charge")
+		require.Equal(t, tok.String(), found.Token)
+	})
+
 	t.Run("ParseFaults", func(t *testing.T) {
 		t.Parallel()
-		f, err := fakepay.ParseFaults("fail_500=2, rate_limit=1, retry_after=2s, slow=10ms, decline, drop=1")
+		f, err := fakepay.ParseFaults("fail_500=2, rate_limit=1, retry_after=2s, slow=10ms, decline, drop=1, ignore_keys")
 		require.NoError(t, err)
-		require.Equal(t, fakepay.Faults{Fail500: 2, RateLimit: 1, RetryAfter: 2 * time.Second, Slow: 10 * time.Millisecond, Decline: true, Drop: 1}, f)
+		require.Equal(t, fakepay.Faults{Fail500: 2, RateLimit: 1, RetryAfter: 2 * time.Second, Slow: 10 * time.Millisecond, Decline: true, Drop: 1, IgnoreKeys: true}, f)
 		_, err = fakepay.ParseFaults("explode")
 		require.ErrorContains(t, err, "unknown fault")
 	})

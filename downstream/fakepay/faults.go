@@ -21,17 +21,23 @@ type Faults struct {
 	// RetryAfter is the Retry-After of RateLimit, in whole seconds (default 1).
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
 	// Slow delays each request's execution, while its key is in flight: a concurrent duplicate
-	// gets 409.
+	// gets 409. The request is applied at the end of the delay whether or not its caller still
+	// waits: one held past the caller's timeout lands later, as a provider's queued request does.
 	Slow time.Duration `json:"slow,omitempty"`
 	// Decline declines every charge, as a card_error; the response is stored and replayed.
 	Decline bool `json:"decline,omitempty"`
 	// Drop applies the first N requests of a key, stores their response, then drops the
 	// connection without answering: the caller cannot tell whether it happened.
 	Drop int `json:"drop,omitempty"`
+	// IgnoreKeys makes fakepay a provider that does not deduplicate: the Idempotency-Key is
+	// counted (Ledger.RequestsByKey) but neither stored nor checked, so every request is
+	// executed and a request sent twice charges twice. A caller finds its charges through the
+	// token in their metadata (GET /v1/charges/search), as a reconcile function does.
+	IgnoreKeys bool `json:"ignore_keys,omitempty"`
 }
 
 // ParseFaults reads faults written as comma-separated fields: "fail_500=2", "rate_limit=1",
-// "retry_after=2s", "slow=200ms", "decline", "drop=1".
+// "retry_after=2s", "slow=200ms", "decline", "drop=1", "ignore_keys".
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for field := range strings.SplitSeq(s, ",") {
@@ -51,8 +57,10 @@ func ParseFaults(s string) (Faults, error) {
 			f.Decline = true
 		case "drop":
 			f.Drop, err = strconv.Atoi(value)
+		case "ignore_keys":
+			f.IgnoreKeys = true
 		default:
-			err = fmt.Errorf("unknown fault %q (known: fail_500, rate_limit, retry_after, slow, decline, drop)", name)
+			err = fmt.Errorf("unknown fault %q (known: fail_500, rate_limit, retry_after, slow, decline, drop, ignore_keys)", name)
 		}
 		if err != nil {
 			return Faults{}, fmt.Errorf("fault %q: %w", field, err)
@@ -80,6 +88,9 @@ func (f Faults) merge(o Faults) Faults {
 	}
 	if o.Drop > 0 {
 		f.Drop = o.Drop
+	}
+	if o.IgnoreKeys {
+		f.IgnoreKeys = true
 	}
 	return f
 }

@@ -47,16 +47,18 @@ type Config struct {
 // Every POST needs an Idempotency-Key. The first response per key (declines and stored 500s
 // too) is stored and replayed; a request that reuses a key with other parameters gets 400
 // idempotency_error; a duplicate that arrives while the first is in flight gets 409; keys are
-// forgotten after the retention. The source "tok_chargeDeclined" declines, as in Stripe's test
+// forgotten after the retention. (The fault ignore_keys turns all of this off, for a provider
+// that does not deduplicate.) The source "tok_chargeDeclined" declines, as in Stripe's test
 // mode. Refunding an already refunded charge answers charge_already_refunded.
 type Server struct {
 	cfg Config
 
-	mu       sync.Mutex
-	st       state
-	inFlight map[string]bool
-	faultN   map[string]int // "<fault>/<key>" → times applied
-	requests map[string]int // idempotency key → POSTs received since start
+	mu        sync.Mutex
+	st        state
+	inFlight  map[string]bool
+	faultN    map[string]int // "<fault>/<key>" → times applied
+	requests  map[string]int // idempotency key → POSTs received since start
+	conflicts map[string]int // idempotency key → 409s answered since start
 }
 
 // state is what survives a restart when StatePath is set.
@@ -101,7 +103,8 @@ type entry struct {
 
 // New returns a Server, loading its state from cfg.StatePath when that file exists.
 func New(cfg *Config) (*Server, error) {
-	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, st: state{Keys: map[string]*entry{}}}
+	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, conflicts: map[string]int{},
+		st: state{Keys: map[string]*entry{}}}
 	if cfg != nil {
 		s.cfg = *cfg
 	}
@@ -195,25 +198,29 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	}
 
 	request := r.Method + " " + r.URL.Path + " " + r.PostForm.Encode() // Encode sorts by key
-	if e, ok := s.st.Keys[key]; ok && time.Since(e.Created) > s.cfg.Retention {
-		delete(s.st.Keys, key)
-	}
-	if s.inFlight[key] {
-		s.mu.Unlock()
-		writeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotency-Key; retry later")
-		return
-	}
-	if e, ok := s.st.Keys[key]; ok {
-		s.mu.Unlock()
-		if e.Request != request {
-			writeError(w, http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with")
+	dedup := !faults.IgnoreKeys
+	if dedup {
+		if e, ok := s.st.Keys[key]; ok && time.Since(e.Created) > s.cfg.Retention {
+			delete(s.st.Keys, key)
+		}
+		if s.inFlight[key] {
+			s.conflicts[key]++
+			s.mu.Unlock()
+			writeError(w, http.StatusConflict, "idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotency-Key; retry later")
 			return
 		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeRaw(w, e.Status, e.Body)
-		return
+		if e, ok := s.st.Keys[key]; ok {
+			s.mu.Unlock()
+			if e.Request != request {
+				writeError(w, http.StatusBadRequest, "idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with")
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, e.Status, e.Body)
+			return
+		}
+		s.inFlight[key] = true
 	}
-	s.inFlight[key] = true
 	drop := faults.Drop > 0 && s.nth("drop", key) <= faults.Drop
 	s.mu.Unlock()
 
@@ -230,8 +237,10 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 		status, body = s.refund(key, r.PostForm)
 	}
 	raw, _ := json.Marshal(body)
-	s.st.Keys[key] = &entry{Request: request, Status: status, Body: raw, Created: time.Now()}
-	delete(s.inFlight, key)
+	if dedup {
+		s.st.Keys[key] = &entry{Request: request, Status: status, Body: raw, Created: time.Now()}
+		delete(s.inFlight, key)
+	}
 	s.save()
 	s.mu.Unlock()
 
@@ -330,6 +339,9 @@ type Ledger struct {
 	// RequestsByKey counts the POSTs received per idempotency key since this process started,
 	// faulted and replayed ones included: how often a caller came back with the same key.
 	RequestsByKey map[string]int `json:"requests_by_key"`
+	// ConflictsByKey counts the 409s answered per idempotency key since this process started:
+	// duplicates that arrived while the key's first request was in flight.
+	ConflictsByKey map[string]int `json:"conflicts_by_key"`
 }
 
 // LedgerCharge is one charge in the ledger.
@@ -366,7 +378,8 @@ func (l Ledger) RefundsOfToken(token string) int {
 func (s *Server) Ledger() Ledger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}, RequestsByKey: maps.Clone(s.requests)}
+	l := Ledger{Charges: []LedgerCharge{}, Refunds: []LedgerRefund{}, ChargesByToken: map[string]int{}, RefundsByCharge: map[string]int{}, RequestsByKey: maps.Clone(s.requests),
+		ConflictsByKey: maps.Clone(s.conflicts)}
 	for _, c := range s.st.Charges {
 		tok := c.Metadata[downstream.TokenMetadataKey]
 		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})

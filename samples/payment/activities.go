@@ -1,9 +1,11 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	sdkactivity "go.temporal.io/sdk/activity"
@@ -20,27 +22,59 @@ import (
 // Activities are the sample's activities. Payments is the payment provider; Carrier is the
 // shipping company's API, which in the sample is a second fakepay: a shipment is a "charge"
 // of the parcel's units, a cancellation its refund, with the same idempotency contract.
+//
+// Gateway is an older payment gateway that, unlike Payments, does not deduplicate: it ignores
+// idempotency keys, so a request sent twice charges twice. LegacyCharge charges there, and
+// after an attempt that may have charged, its receipt asks GatewayLookup (the gateway's
+// reporting API, often a service of its own with its own credentials) what happened instead of
+// charging again.
 type Activities struct {
-	Payments downstream.Payments
-	Carrier  downstream.Payments
+	Payments      downstream.Payments
+	Carrier       downstream.Payments
+	Gateway       downstream.Payments
+	GatewayLookup downstream.Payments
 }
 
-// NewActivities returns the activities for a payment provider and a carrier that speak
-// fakepay's API at the given addresses. Their requests carry each order's fault specs.
-func NewActivities(paymentsURL, carrierURL string) *Activities {
-	client := func(url string) *fakepay.Client {
+// NewActivities returns the activities for a payment provider, a carrier and a gateway lookup
+// that speak fakepay's API at the given addresses; an empty lookupURL looks up at the payment
+// provider. The gateway is the payment provider's fakepay asked to ignore keys (fakepay's
+// ignore_keys). Requests carry each order's fault specs.
+func NewActivities(paymentsURL, carrierURL, lookupURL string) *Activities {
+	client := func(url string, faults faultTransport) *fakepay.Client {
 		c := fakepay.NewClient(url)
-		c.HTTP = &http.Client{Transport: &downstream.Transport{Base: faultTransport{}}}
+		c.HTTP = &http.Client{Transport: &downstream.Transport{Base: faults}}
 		return c
 	}
-	return &Activities{Payments: client(paymentsURL), Carrier: client(carrierURL)}
+	return &Activities{
+		Payments:      client(paymentsURL, faultTransport{}),
+		Carrier:       client(carrierURL, faultTransport{}),
+		Gateway:       client(paymentsURL, faultTransport{always: "ignore_keys"}),
+		GatewayLookup: fakepay.NewClient(cmp.Or(lookupURL, paymentsURL)),
+	}
 }
 
 // Charge charges the order's card under the step's token.
 func (a *Activities) Charge(ctx context.Context, o Order) (downstream.Charge, error) {
-	return a.Payments.Charge(withFaults(ctx, o.ChargeFaults), downstream.ChargeRequest{
-		Amount: o.Amount, Currency: o.Currency, Source: o.Card, Description: o.ID,
-	})
+	return a.Payments.Charge(withFaults(ctx, o.ChargeFaults), chargeRequest(o))
+}
+
+// LegacyCharge charges the order's card at the gateway, which does not deduplicate. The receipt
+// makes sure it is called once per intent; when an attempt that may have charged ended without
+// recording the outcome (its worker died), the next one does not call again: the receipt runs
+// findLegacyCharge (Options.Reconcile) and records what the gateway says happened.
+func (a *Activities) LegacyCharge(ctx context.Context, o Order) (downstream.Charge, error) {
+	return a.Gateway.Charge(withFaults(ctx, o.ChargeFaults), chargeRequest(o))
+}
+
+// findLegacyCharge is LegacyCharge's reconcile: the charge the gateway made under token, if any.
+// An error (the lookup is down, or refuses us) leaves the outcome unknown: the receipt keeps
+// saying that a charge may have happened, and the attempt fails retryably to ask again.
+func (a *Activities) findLegacyCharge(ctx context.Context, token keys.Token) (any, bool, error) {
+	return a.GatewayLookup.Lookup(ctx, token)
+}
+
+func chargeRequest(o Order) downstream.ChargeRequest {
+	return downstream.ChargeRequest{Amount: o.Amount, Currency: o.Currency, Source: o.Card, Description: o.ID}
 }
 
 // Refund refunds the charge made under the forward step's token: a no-op when the charge never
@@ -90,11 +124,13 @@ func (a *Activities) CancelShipment(ctx context.Context, o Order) (downstream.Re
 const SettleTime = 15 * time.Second
 
 // InterceptorConfig selects the activities whose effects are external: their receipts are
-// applied by the interceptor, and the providers deduplicate on the token.
-func InterceptorConfig() activity.InterceptorConfig {
+// applied by the interceptor. The provider and the carrier deduplicate on the token; the gateway
+// does not, so LegacyCharge reconciles instead.
+func (a *Activities) InterceptorConfig() activity.InterceptorConfig {
 	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
 	return activity.InterceptorConfig{Activities: map[string]activity.Options{
 		"Charge": dedup, "Refund": dedup, "CreateShipment": dedup, "CancelShipment": dedup,
+		"LegacyCharge": {DownstreamDeduplicates: false, DownstreamSettleTime: SettleTime, Reconcile: a.findLegacyCharge},
 	}}
 }
 
@@ -105,6 +141,7 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) {
 	w.RegisterWorkflowWithOptions(QuickCharge, workflow.RegisterOptions{Name: "QuickCharge"})
 	for name, fn := range map[string]any{
 		"Charge":           a.Charge,
+		"LegacyCharge":     a.LegacyCharge,
 		"Refund":           a.Refund,
 		"CreateShipment":   a.CreateShipment,
 		"CancelShipment":   a.CancelShipment,
@@ -125,11 +162,12 @@ func withFaults(ctx context.Context, spec string) context.Context {
 	return context.WithValue(ctx, faultsKey{}, spec)
 }
 
-// faultTransport sends the order's fault spec to fakepay.
-type faultTransport struct{}
+// faultTransport sends the order's fault spec to fakepay, after the faults it always sends.
+type faultTransport struct{ always string }
 
-func (faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if spec, ok := r.Context().Value(faultsKey{}).(string); ok {
+func (f faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	spec, _ := r.Context().Value(faultsKey{}).(string)
+	if spec = strings.Trim(f.always+","+spec, ","); spec != "" {
 		r = r.Clone(r.Context())
 		r.Header.Set(fakepay.FaultHeader, spec)
 	}

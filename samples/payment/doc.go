@@ -3,5 +3,8 @@
 // update, its receipt and an outbox row in one transaction), books the shipment with a carrier
 // (a second provider) and confirms the order; a declined card or a refused address makes the
 // saga refund, release and cancel, each exactly once, whatever the retries, timeouts and worker
-// crashes on the way. The demo package runs it end to end (make demo).
+// crashes on the way. An order can instead be charged at a gateway that does not deduplicate
+// (Order.Gateway, LegacyCharge): there the receipt reconciles, asking the gateway what an
+// attempt that died did, rather than charging again. The demo package runs it end to end
+// (make demo).
 package payment

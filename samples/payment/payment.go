@@ -33,7 +33,13 @@ type Order struct {
 	// the payment provider and to the carrier, to show the demo's failure modes.
 	ChargeFaults   string `json:"charge_faults,omitempty"`
 	ShipmentFaults string `json:"shipment_faults,omitempty"`
+	// Gateway chooses where the card is charged: "" at the payment provider (Charge),
+	// GatewayLegacy at the gateway that does not deduplicate (LegacyCharge).
+	Gateway string `json:"gateway,omitempty"`
 }
+
+// GatewayLegacy is Order.Gateway for the gateway that does not deduplicate.
+const GatewayLegacy = "legacy"
 
 // Result is how an order ended.
 type Result struct {
@@ -79,8 +85,12 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 		return res, err
 	}
 
+	chargeAt := "Charge"
+	if o.Gateway == GatewayLegacy {
+		chargeAt = "LegacyCharge" // refunded the same way: Refund finds the charge by its token
+	}
 	var charge downstream.Charge
-	if err := s.Step(ctx, "charge", saga.Compensation{Activity: "Refund", Args: []any{o}}, "Charge", o).Get(ctx, &charge); err != nil {
+	if err := s.Step(ctx, "charge", saga.Compensation{Activity: "Refund", Args: []any{o}}, chargeAt, o).Get(ctx, &charge); err != nil {
 		return compensate(err)
 	}
 	res.ChargeID = charge.ID
