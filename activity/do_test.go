@@ -454,6 +454,39 @@ func TestTakeover(t *testing.T) {
 		require.Equal(t, int64(2), fence)
 	})
 
+	// A stale attempt that fails retryably after it was taken over finds its release matching
+	// nothing: it answers with what the receipt records, not with its own error.
+	t.Run("LateRetryableErrorFromFencedOutAttemptGetsTheRecordedResult", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-19/charge", map[string]int{"amount": 100})
+		c.Lease = 100 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		type answer struct {
+			out chargeResult
+			err error
+		}
+		started, resume := make(chan struct{}), make(chan struct{})
+		late := make(chan answer, 1)
+		go func() {
+			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				close(started)
+				<-resume
+				return chargeResult{}, errors.New("connection reset by peer")
+			})
+			late <- answer{out, err}
+		}()
+		<-started
+		_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+			return chargeResult{ChargeID: "ch_fresh"}, nil
+		})
+		require.NoError(t, err)
+		close(resume)
+		got := <-late
+		require.NoError(t, got.err)
+		require.Equal(t, "ch_fresh", got.out.ChargeID)
+	})
+
 	t.Run("LateCompletionBeforeTheNewAttemptFinishes", func(t *testing.T) {
 		t.Parallel()
 		s, schema := setup(t, nil)

@@ -345,3 +345,37 @@ func TestLeaseWithoutAHeartbeatTimeoutLastsToTheDeadline(t *testing.T) {
 	require.NoError(t, v.Get(&left))
 	require.Greater(t, left, 1.0, "the lease ended with the activity still running")
 }
+
+// Heartbeats extend the lease at most once a third of the lease: an activity that heartbeats in
+// a tight loop does not write the receipt on every beat, before the first extension or after.
+func TestHeartbeatsAreThrottled(t *testing.T) {
+	t.Parallel()
+	var trips pgtest.Counter
+	schema := pgtest.Schema(t)
+	s, err := activity.NewStore(pgtest.CountingPool(t, &trips), &activity.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(context.Background()))
+	env := newWorkflowEnv(t, s, map[string]activity.Options{"Beat": {DownstreamDeduplicates: true}})
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		beat := func() {
+			for range 100 {
+				sdkactivity.RecordHeartbeat(ctx)
+			}
+		}
+		beat()
+		time.Sleep(2 * time.Second) // past a third of the lease: the next beat extends it
+		beat()
+		return nil
+	}, sdkactivity.RegisterOptions{Name: "Beat"})
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Hour, HeartbeatTimeout: 5 * time.Second})
+		return workflow.ExecuteActivity(ctx, "Beat").Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: "BeatWorkflow"})
+	trips.Reset()
+	env.ExecuteWorkflow("BeatWorkflow")
+	require.NoError(t, env.GetWorkflowError())
+	// Reserve, complete, and one extension per third of the lease that passed: a slow machine
+	// may see the second hundred beats span more than one third, never a hundred.
+	require.Less(t, trips.RoundTrips(), int64(10), "heartbeats wrote the receipt on every beat")
+	require.Greater(t, trips.RoundTrips(), int64(2), "no heartbeat extended the lease")
+}
