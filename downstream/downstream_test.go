@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +147,57 @@ func TestCheck(t *testing.T) {
 	require.ErrorAs(t, err, &appErr)
 	require.Equal(t, downstream.ErrTypeNoKey, appErr.Type())
 	require.True(t, appErr.NonRetryable())
+}
+
+// TestTransportNeverResendsOnItsOwn: net/http re-sends a request that carries an
+// Idempotency-Key by itself when a reused connection breaks after the request was written.
+// Whether to send again is the receipt's decision (the next attempt, with the same token, or a
+// reconcile for a downstream that does not deduplicate), so the Transport turns that off: a
+// provider that charged and dropped the connection sees one request, and the caller an error.
+func TestTransportNeverResendsOnItsOwn(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		_, _ = io.ReadAll(r.Body)
+		posts.Add(1) // charged; then the connection drops before the answer
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx := keys.WithToken(context.Background(), keys.Key{Namespace: "default", Operation: "charge", ID: "order-1"}.Token())
+
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		header http.Header
+	}{
+		{"WithBody", strings.NewReader("amount=1"), nil},
+		{"WithoutBody", nil, nil},
+		{"CallersOwnKey", strings.NewReader("amount=1"), http.Header{"Idempotency-Key": {"chosen-by-caller"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := &http.Client{Transport: &downstream.Transport{Base: &http.Transport{}}}
+			// A first request leaves a connection to reuse: only a reused one is re-sent on.
+			resp, err := client.Get(srv.URL)
+			require.NoError(t, err)
+			_, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+
+			before := posts.Load()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, tc.body)
+			require.NoError(t, err)
+			for k, v := range tc.header {
+				req.Header[k] = v
+			}
+			_, err = client.Do(req)
+			require.Error(t, err)
+			require.Equal(t, int32(1), posts.Load()-before, "the request was sent more than once")
+		})
+	}
 }

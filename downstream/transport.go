@@ -3,7 +3,9 @@ package downstream
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 
 	"github.com/tempotent/tempotent/keys"
 )
@@ -33,6 +35,12 @@ func (e *NoKeyError) NotApplied() bool { return true }
 // request's context) in the idempotency header of every unsafe request (POST, PUT, PATCH,
 // DELETE) and refuses to send one that has no key. A header the caller set on purpose is never
 // overwritten. Safe methods pass through untouched.
+//
+// An unsafe request is sent once per RoundTrip. Left alone, net/http sends a request that
+// carries an Idempotency-Key again by itself when a reused connection breaks after the request
+// was written; to a downstream that does not deduplicate, that is a second effect that no
+// receipt sees. Transport turns that re-send off: the caller gets the error, and whether to send
+// again is the receipt's decision (the next attempt, with the same token, or a reconcile).
 //
 //	client := &http.Client{Transport: &downstream.Transport{}}
 //	req, _ := http.NewRequestWithContext(ctx, "POST", url, body) // ctx: the activity's context
@@ -65,7 +73,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		header = HeaderDefault
 	}
 	if req.Header.Get(header) != "" {
-		return base.RoundTrip(req)
+		return base.RoundTrip(sentOnce(req.Clone(req.Context())))
 	}
 	tok, ok := keys.TokenFrom(req.Context())
 	if !ok {
@@ -80,7 +88,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out := req.Clone(req.Context())
 	out.Header.Set(header, value)
-	return base.RoundTrip(out)
+	return base.RoundTrip(sentOnce(out))
+}
+
+// sentOnce makes net/http treat out as not replayable, so that it never sends it again on its
+// own: net/http replays a request only if it can rewind its body (GetBody) or it has none. A
+// request without a body gets an empty one of unknown length, which net/http sends as an empty
+// chunked body (POST, PUT, PATCH) or as no body at all (DELETE, after probing it).
+func sentOnce(out *http.Request) *http.Request {
+	if out.Body == nil || out.Body == http.NoBody {
+		out.Body = io.NopCloser(strings.NewReader(""))
+	}
+	out.GetBody = nil
+	return out
 }
 
 // Unsafe reports whether an HTTP method changes state (RFC 9110 §9.2.1), and so needs a key.
