@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,7 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/saga"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -227,12 +231,18 @@ func TestChaos(t *testing.T) {
 		perOrder[c.Description]++
 		refunded[c.Description] = refunded[c.Description] || c.Refunded
 		duplicates += max(ledger.RefundsByCharge[c.ID]-1, 0)
+		if ledger.RefundsByCharge[c.ID] > 1 {
+			t.Logf("charge %s of %s (token %s) refunded %d times", c.ID, c.Description, c.Token, ledger.RefundsByCharge[c.ID])
+		}
 	}
 	effects, missing, neverLanded := 0, 0, 0
 	orderOf := map[string]int{} // step and compensation tokens → order
 	for i, o := range orders {
 		effects += min(perOrder[o.ID], 1)
 		duplicates += max(perOrder[o.ID]-1, 0)
+		if perOrder[o.ID] > 1 {
+			explainDuplicate(t, w, ledger, o, results[i])
+		}
 		if results[i].Status == payment.StatusCompensated && perOrder[o.ID] > 0 && !refunded[o.ID] {
 			missing++
 		}
@@ -287,3 +297,49 @@ func TestChaos(t *testing.T) {
 // (coalesce keeps NULL columns from making the condition NULL.)
 const unresolvedCondition = `(coalesce(error_type = 'tempotent.OutcomeUnknown', false)
 	OR (state = 'pending' AND effect_possible AND coalesce(lease_expires_at <= now(), false)))`
+
+// explainDuplicate logs what a failing chaos run needs to be understood: the order, its
+// charges, the saga's steps and every receipt of its keys.
+func explainDuplicate(t *testing.T, w *world, ledger fakepay.Ledger, o payment.Order, r payment.Result) {
+	t.Helper()
+	t.Logf("order %s charged more than once (gateway %q, faults %q, status %s)", o.ID, o.Gateway, o.ChargeFaults, r.Status)
+	for _, c := range ledger.Charges {
+		if c.Description == o.ID {
+			t.Logf("  charge %s key %q token %q refunded=%v requests under its key: %d", c.ID, c.Key, c.Token, c.Refunded, ledger.RequestsByKey[c.Key])
+		}
+	}
+	for _, s := range r.Saga.Steps {
+		t.Logf("  step %+v", s)
+	}
+	w.mu.Lock()
+	workers := slices.Clone(w.workers)
+	w.mu.Unlock()
+	for i, p := range workers {
+		p.mu.Lock()
+		for _, line := range p.log {
+			if strings.Contains(line, o.ID) || slices.ContainsFunc(r.Saga.Steps, func(s saga.StepState) bool { return s.Token != "" && strings.Contains(line, s.Token) }) {
+				t.Logf("  worker %d: %s", i, line)
+			}
+		}
+		p.mu.Unlock()
+	}
+	rows, err := w.db().Query(context.Background(), `SELECT operation, id, token, state, fence, attempts, effect_possible,
+		coalesce(error_type, ''), created_at, updated_at FROM `+w.schema+`.receipts WHERE id LIKE '%' || $1 || '%' ORDER BY created_at`, o.ID)
+	if err != nil {
+		t.Logf("  receipts: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var op, id, token, state, errType string
+		var fence, attempts int64
+		var effectPossible bool
+		var created, updated time.Time
+		if err := rows.Scan(&op, &id, &token, &state, &fence, &attempts, &effectPossible, &errType, &created, &updated); err != nil {
+			t.Logf("  receipts: %v", err)
+			return
+		}
+		t.Logf("  receipt %s %s token %s: %s fence %d attempts %d effect_possible %v %s created %s updated %s",
+			op, id, token, state, fence, attempts, effectPossible, errType, created.Format(time.StampMilli), updated.Format(time.StampMilli))
+	}
+}
