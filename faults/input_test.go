@@ -113,6 +113,15 @@ func TestRow12ProviderFaults(t *testing.T) {
 		require.Equal(t, requests, w.ledger().RequestsByKey[stepToken(r, "charge")], "%s: the retries did not reuse the key", faults)
 	}
 
+	// At the gateway that does not deduplicate, a charge whose connection drops is sent once:
+	// neither net/http nor tempotent sends it again; the next attempt reconciles and finds it.
+	legacy := w.order("legacydrop")
+	legacy.Gateway, legacy.ChargeFaults = payment.GatewayLegacy, "drop=1"
+	r := w.result(w.saga(legacy))
+	require.Equal(t, payment.StatusCompleted, r.Status)
+	require.Len(t, w.charges(legacy.ID), 1, "a dropped connection to a gateway that does not deduplicate charged twice")
+	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(r, "charge")], "the charge was sent again")
+
 	o := w.order("declined")
 	o.Card = "tok_chargeDeclined"
 	for i := range 2 { // the second checkout replays the recorded decline
