@@ -195,7 +195,8 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 			obs.count(MetricInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(r.lease)}
 		}
-		a := &attempt{call: c, reservation: newReservation(), obs: obs, effectPossible: r.effectPossible, age: r.age}
+		a := &attempt{call: c, reservation: newReservation(), obs: obs, effectPossible: r.effectPossible, age: r.age,
+			lastEnded: time.Now().Add(r.lease)}
 		if wait := a.settling(-r.lease); wait > 0 {
 			// The attempt before may have sent a request that the downstream has not applied
 			// yet, and asking it now could hear "not found" for an effect that is on its way.
@@ -237,6 +238,9 @@ type attempt struct {
 	effectPossible bool
 	// age is how long ago the receipt was first reserved (zero for a new reservation).
 	age time.Duration
+	// lastEnded is when the lease of the attempt before this one ended (for a takeover): the
+	// settle time counts from there.
+	lastEnded time.Time
 }
 
 // unsafeToSend says why calling the downstream again under the token would not be safe after an
@@ -320,8 +324,10 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 		if err != nil {
 			// Not knowing is not an outcome: the receipt keeps saying that an effect may have
 			// happened, and the next attempt asks again.
+			// This attempt sent nothing, so the settle time still counts from the end of the
+			// attempt before it: the next attempt asks again at once, not a settle time later.
 			a.obs.log("reconcile failed", "error", err)
-			if _, rerr := s.release(ctx, a, true); rerr != nil {
+			if _, rerr := s.release(ctx, a, true, time.Since(a.lastEnded)); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 			return nil, &ReconcileError{Key: k, Token: token, Err: err}
@@ -391,7 +397,7 @@ func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err
 	)
 	if err != nil && !s.isFinal(ctx, err) {
 		op = "release"
-		written, dbErr = s.release(wctx, a, a.effectPossible || !IsNotApplied(err))
+		written, dbErr = s.release(wctx, a, a.effectPossible || !IsNotApplied(err), 0)
 	} else {
 		op = "complete"
 		out, encErr := s.outcome(k, p, err)
@@ -434,11 +440,13 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 }
 
 // release ends a's lease after a retryable error, recording whether an effect may have
-// happened. It reports whether a still held the receipt.
-func (s *Store) release(ctx context.Context, a *attempt, effectPossible bool) (bool, error) {
+// happened, as of endedAgo: zero for an attempt that may have sent something, or how long ago
+// the last attempt that may have sent something ended. It reports whether a still held the
+// receipt.
+func (s *Store) release(ctx context.Context, a *attempt, effectPossible bool, endedAgo time.Duration) (bool, error) {
 	k := a.call.Key
 	tag, err := s.exec(ctx, s.sql.release, k.Namespace, k.Tenant, k.Operation, k.ID, a.reservation.uuid(), effectPossible,
-		newReservation().uuid())
+		newReservation().uuid(), endedAgo.Microseconds())
 	return tag.RowsAffected() > 0, err
 }
 

@@ -116,6 +116,41 @@ func TestReconcileWaitsForTheSettleTime(t *testing.T) {
 	require.Equal(t, 1, charged, "not found, once settled, is final: the function runs")
 }
 
+// A reconcile that fails sent nothing: the settle time still counts from the end of the attempt
+// that may have sent, so the next attempt asks again at once instead of waiting it out anew (a
+// lookup outage would otherwise cost a settle time per failed lookup, and use up the retries).
+func TestFailedReconcileDoesNotRestartTheSettleTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setup(t, nil)
+	c := call(t, "order-3/charge", map[string]int{"amount": 100})
+	c.Lease = time.Hour
+	c.DownstreamSettleTime = time.Hour
+	crashAfterEffect(ctx, s, c, func(keys.Token) {})
+	lookupDown := true
+	var asked int
+	c.Reconcile = func(context.Context, keys.Token) (any, bool, error) {
+		asked++
+		if lookupDown {
+			return nil, false, errors.New("lookup: connection refused")
+		}
+		return 42, true, nil
+	}
+	charge := func(context.Context) (int, error) {
+		t.Error("charged although the charge may have happened")
+		return 0, nil
+	}
+
+	endLease(t, schema, c.Key, time.Hour+time.Minute) // settled
+	_, err := activity.Do(ctx, s, c, charge)
+	require.ErrorIs(t, err, activity.ErrReconcileFailed)
+	lookupDown = false
+	got, err := activity.Do(ctx, s, c, charge)
+	require.NoError(t, err, "the failed lookup made the next attempt wait the settle time again")
+	require.Equal(t, 42, got)
+	require.Equal(t, 2, asked)
+}
+
 // A NotApplied error after a takeover says that this attempt's call was not sent; it must not
 // erase that an earlier attempt's may have been.
 func TestNotAppliedAfterTakeoverKeepsTheEarlierUnknown(t *testing.T) {

@@ -127,9 +127,12 @@ RETURNING r.reservation`, table),
 		// no attempt). Race: an attempt that read the receipt before the release decided what to
 		// do from the lease end and the effect_possible it saw (whether to wait for the settle
 		// time, whether to ask the downstream); the new reservation makes its takeover match
-		// nothing, and it reads again.
+		// nothing, and it reads again. The lease ends $8 µs ago: now for an attempt that may
+		// have sent something, and for one that only asked the downstream (a failed reconcile)
+		// when the attempt before it ended, so that the settle time is not counted again.
 		release: fmt.Sprintf(`
-UPDATE %[1]s SET reservation = $7, lease_expires_at = now(), effect_possible = $6, updated_at = now()
+UPDATE %[1]s SET reservation = $7, lease_expires_at = now() - $8::bigint * interval '1 microsecond',
+	effect_possible = $6, updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND state = 'pending'`, table),
 
 		// extend moves the lease forward on a heartbeat. Matched on the reservation like
