@@ -534,11 +534,11 @@ func awaitAttemptFailure(t *testing.T, w *world, run client.WorkflowRun, activit
 	t.Helper()
 	var last string
 	require.Eventually(t, func() bool {
-		d, err := w.temporal.client.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID())
+		d, err := w.temporal.client.DescribeWorkflow(context.Background(), run.GetID(), run.GetRunID())
 		if err != nil {
 			return false
 		}
-		for _, a := range d.GetPendingActivities() {
+		for _, a := range d.RawResponse.GetPendingActivities() {
 			f := a.GetLastFailure()
 			if a.GetActivityType().GetName() != activityType || f == nil {
 				continue
