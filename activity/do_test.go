@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/assert"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
@@ -25,8 +24,15 @@ type chargeResult struct {
 	Token    string `json:"token"`
 }
 
+// attemptAnswer is what an attempt run on its own goroutine answered, for the test's goroutine
+// to check: require must not be called off the test's goroutine.
+type attemptAnswer[T any] struct {
+	out T
+	err error
+}
+
 // doUntilDone calls Do the way Temporal's retries would: again after each in-progress error.
-func doUntilDone[T any](ctx context.Context, t *testing.T, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
+func doUntilDone[T any](ctx context.Context, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
 	for {
 		out, err := activity.Do(ctx, s, c, fn)
 		if !errors.Is(err, activity.ErrInProgress) {
@@ -50,7 +56,7 @@ func TestDo(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 64 {
 			wg.Go(func() {
-				results[i], errs[i] = doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+				results[i], errs[i] = doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 					n := calls.Add(1)
 					tok, _ := keys.TokenFrom(ctx)
 					time.Sleep(20 * time.Millisecond) // hold the lease while the others arrive
@@ -260,16 +266,22 @@ func TestConcurrentCompletionsAreEachRecorded(t *testing.T) {
 	ctx := context.Background()
 	s, schema := setup(t, nil)
 	const n = 48
-	var wg sync.WaitGroup
+	calls := make([]activity.Call, n)
 	for i := range n {
+		calls[i] = call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i})
+	}
+	got, errs := make([]int, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range calls {
 		wg.Go(func() {
-			c := call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i})
-			got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
-			assert.NoError(t, err)
-			assert.Equal(t, i, got)
+			got[i], errs[i] = activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
 		})
 	}
 	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i], "attempt %d", i)
+		require.Equal(t, i, got[i], "attempt %d", i)
+	}
 	var completed int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM "+schema+".receipts WHERE state = 'completed' AND result IS NOT NULL").Scan(&completed))
 	require.Equal(t, n, completed)
@@ -319,7 +331,7 @@ func TestTakeover(t *testing.T) {
 		})
 		require.ErrorIs(t, err, activity.ErrInProgress)
 
-		out, err := doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 			tok, _ := keys.TokenFrom(ctx)
 			tokens = append(tokens, tok)
 			return chargeResult{ChargeID: "ch_1", Token: tok.String()}, nil
@@ -341,7 +353,7 @@ func TestTakeover(t *testing.T) {
 		var calls int
 		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
 		for range 2 { // the failure is recorded: a later attempt gets it too, and still no call
-			_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+			_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 				calls++
 				return chargeResult{}, nil
 			})
@@ -371,7 +383,7 @@ func TestTakeover(t *testing.T) {
 			r, ok := ledger[tok]
 			return r, ok, nil
 		}
-		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			t.Error("called although reconcile found the effect")
 			return chargeResult{}, nil
 		})
@@ -423,18 +435,17 @@ func TestTakeover(t *testing.T) {
 
 		// The first attempt is paused past its lease (a stopped process, a long GC).
 		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan chargeResult)
+		late := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(started)
 				<-resume
 				return chargeResult{ChargeID: "ch_stale"}, nil
 			})
-			require.NoError(t, err)
-			late <- out
+			late <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-started
-		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -442,7 +453,9 @@ func TestTakeover(t *testing.T) {
 
 		close(resume)
 		// The stale attempt's completion touches no row; it returns what the receipt records.
-		require.Equal(t, "ch_fresh", (<-late).ChargeID)
+		stale := <-late
+		require.NoError(t, stale.err)
+		require.Equal(t, "ch_fresh", stale.out.ChargeID)
 		replayed, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 			t.Error("called after completion")
 			return chargeResult{}, nil
@@ -462,22 +475,18 @@ func TestTakeover(t *testing.T) {
 		c := call(t, "order-19/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		type answer struct {
-			out chargeResult
-			err error
-		}
 		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan answer, 1)
+		late := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(started)
 				<-resume
 				return chargeResult{}, errors.New("connection reset by peer")
 			})
-			late <- answer{out, err}
+			late <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-started
-		_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -506,15 +515,14 @@ func TestTakeover(t *testing.T) {
 		<-staleStarted
 		time.Sleep(150 * time.Millisecond)
 		freshStarted, freshResume := make(chan struct{}), make(chan struct{})
-		freshDone := make(chan chargeResult)
+		freshDone := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(freshStarted)
 				<-freshResume
 				return chargeResult{ChargeID: "ch_fresh"}, nil
 			})
-			require.NoError(t, err)
-			freshDone <- out
+			freshDone <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-freshStarted
 		close(staleResume)
@@ -523,7 +531,9 @@ func TestTakeover(t *testing.T) {
 		state, _ := receiptState(t, schema, c.Key)
 		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
 		close(freshResume)
-		require.Equal(t, "ch_fresh", (<-freshDone).ChargeID)
+		fresh := <-freshDone
+		require.NoError(t, fresh.err)
+		require.Equal(t, "ch_fresh", fresh.out.ChargeID)
 	})
 }
 

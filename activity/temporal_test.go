@@ -304,6 +304,7 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 	s, schema := setup(t, nil)
 	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
 	env.SetTestTimeout(30 * time.Second)
+	db := pgtest.Pool(t) // here: the activity runs on the SDK's goroutine, where t must not fail
 	var leaseLeft time.Duration
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
 		// Heartbeat for three heartbeat timeouts: without extension the lease would have ended.
@@ -312,7 +313,7 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		var us int64
-		err := pgtest.Pool(t).QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
+		err := db.QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
 		leaseLeft = time.Duration(us) * time.Microsecond
 		return err
 	}, sdkactivity.RegisterOptions{Name: "Slow"})
@@ -332,9 +333,10 @@ func TestLeaseWithoutAHeartbeatTimeoutLastsToTheDeadline(t *testing.T) {
 	s, schema := setup(t, nil)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
+	db := pgtest.Pool(t) // here: the activity may run on another goroutine, where t must not fail
 	leaseLeft := func(ctx context.Context, _ int) (float64, error) {
 		var left float64
-		err := pgtest.Pool(t).QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
+		err := db.QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
 		return left, err
 	}
 	env.RegisterActivityWithOptions(activity.Wrap(s, leaseLeft, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
