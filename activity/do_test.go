@@ -16,6 +16,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -101,11 +102,8 @@ func TestDo(t *testing.T) {
 		}
 		for range 3 {
 			_, err := activity.Do(ctx, s, c, fn)
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			require.Equal(t, "CardDeclined", appErr.Type())
+			appErr := temporaltest.RequireAppError(t, err, "CardDeclined", false)
 			require.Equal(t, "card declined", appErr.Message())
-			require.True(t, appErr.NonRetryable())
 		}
 		require.Equal(t, 1, calls, "a recorded decline was retried into another call")
 		state, _ := receiptState(t, schema, c.Key)
@@ -163,10 +161,7 @@ func TestDo(t *testing.T) {
 		})
 		var inProgress *activity.InProgressError
 		require.ErrorAs(t, err, &inProgress)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, activity.ErrTypeInProgress, appErr.Type())
-		require.False(t, appErr.NonRetryable())
+		appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInProgress, true)
 		require.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
 		require.LessOrEqual(t, appErr.NextRetryDelay(), activity.InProgressDelayMaxDefault)
 		close(release)
@@ -360,10 +355,7 @@ func TestTakeover(t *testing.T) {
 			var unknown *activity.OutcomeUnknownError
 			require.ErrorAs(t, err, &unknown)
 			require.Equal(t, c.Key, unknown.Key)
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			require.True(t, appErr.NonRetryable())
-			require.Equal(t, activity.ErrTypeOutcomeUnknown, appErr.Type())
+			temporaltest.RequireAppError(t, err, activity.ErrTypeOutcomeUnknown, false)
 			require.Contains(t, err.Error(), c.Key.String())
 		}
 		require.Equal(t, 1, calls, "a non-deduplicating downstream was called again after an unknown outcome")
@@ -550,10 +542,7 @@ func TestMismatch(t *testing.T) {
 		t.Helper()
 		var mismatch *activity.MismatchError
 		require.ErrorAs(t, err, &mismatch)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.True(t, appErr.NonRetryable())
-		require.Equal(t, activity.ErrTypePayloadMismatch, appErr.Type())
+		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.Contains(t, err.Error(), "use a new key")
 	}
 	fingerprint := func(t *testing.T, raw string) keys.Fingerprint {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -80,10 +81,8 @@ func TestReconcileErrorsNeverSettleTheIntent(t *testing.T) {
 			for range 3 {
 				_, err := doUntilDone(ctx, s, c, charge)
 				require.ErrorIs(t, err, activity.ErrReconcileFailed)
-				var appErr *temporal.ApplicationError
-				require.ErrorAs(t, err, &appErr)
-				require.Equal(t, activity.ErrTypeReconcileFailed, appErr.Type())
-				require.False(t, appErr.NonRetryable(), "a failed reconcile ended the intent")
+				// Retryable: a failed reconcile must not end the intent.
+				temporaltest.RequireAppError(t, err, activity.ErrTypeReconcileFailed, true)
 				state, _ := receiptState(t, schema, c.Key)
 				require.Equal(t, activity.StatePending, state)
 				require.True(t, effectPossible(t, schema, c.Key), "a failed reconcile erased that an effect may have happened")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -117,10 +118,7 @@ func TestStandaloneActivityWithoutExplicitKeyIsRefused(t *testing.T) {
 	env.SetExecuteActivitiesInWorkflow(false)
 	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, nil), sdkactivity.RegisterOptions{Name: "Charge"})
 	_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
-	require.True(t, appErr.NonRetryable())
+	appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
 	require.Contains(t, appErr.Error(), "explicit key")
 	calls, _ := p.counts()
 	require.Equal(t, 0, calls)
