@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/assert"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -25,8 +25,15 @@ type chargeResult struct {
 	Token    string `json:"token"`
 }
 
+// attemptAnswer is what an attempt run on its own goroutine answered, for the test's goroutine
+// to check: require must not be called off the test's goroutine.
+type attemptAnswer[T any] struct {
+	out T
+	err error
+}
+
 // doUntilDone calls Do the way Temporal's retries would: again after each in-progress error.
-func doUntilDone[T any](ctx context.Context, t *testing.T, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
+func doUntilDone[T any](ctx context.Context, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
 	for {
 		out, err := activity.Do(ctx, s, c, fn)
 		if !errors.Is(err, activity.ErrInProgress) {
@@ -50,7 +57,7 @@ func TestDo(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 64 {
 			wg.Go(func() {
-				results[i], errs[i] = doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+				results[i], errs[i] = doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 					n := calls.Add(1)
 					tok, _ := keys.TokenFrom(ctx)
 					time.Sleep(20 * time.Millisecond) // hold the lease while the others arrive
@@ -95,11 +102,8 @@ func TestDo(t *testing.T) {
 		}
 		for range 3 {
 			_, err := activity.Do(ctx, s, c, fn)
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			require.Equal(t, "CardDeclined", appErr.Type())
+			appErr := temporaltest.RequireAppError(t, err, "CardDeclined", false)
 			require.Equal(t, "card declined", appErr.Message())
-			require.True(t, appErr.NonRetryable())
 		}
 		require.Equal(t, 1, calls, "a recorded decline was retried into another call")
 		state, _ := receiptState(t, schema, c.Key)
@@ -157,10 +161,7 @@ func TestDo(t *testing.T) {
 		})
 		var inProgress *activity.InProgressError
 		require.ErrorAs(t, err, &inProgress)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, activity.ErrTypeInProgress, appErr.Type())
-		require.False(t, appErr.NonRetryable())
+		appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInProgress, true)
 		require.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
 		require.LessOrEqual(t, appErr.NextRetryDelay(), activity.InProgressDelayMaxDefault)
 		close(release)
@@ -260,16 +261,22 @@ func TestConcurrentCompletionsAreEachRecorded(t *testing.T) {
 	ctx := context.Background()
 	s, schema := setup(t, nil)
 	const n = 48
-	var wg sync.WaitGroup
+	calls := make([]activity.Call, n)
 	for i := range n {
+		calls[i] = call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i})
+	}
+	got, errs := make([]int, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range calls {
 		wg.Go(func() {
-			c := call(t, fmt.Sprint("batch-", i), map[string]int{"amount": i})
-			got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
-			assert.NoError(t, err)
-			assert.Equal(t, i, got)
+			got[i], errs[i] = activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
 		})
 	}
 	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i], "attempt %d", i)
+		require.Equal(t, i, got[i], "attempt %d", i)
+	}
 	var completed int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM "+schema+".receipts WHERE state = 'completed' AND result IS NOT NULL").Scan(&completed))
 	require.Equal(t, n, completed)
@@ -319,7 +326,7 @@ func TestTakeover(t *testing.T) {
 		})
 		require.ErrorIs(t, err, activity.ErrInProgress)
 
-		out, err := doUntilDone(ctx, t, s, c, func(ctx context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 			tok, _ := keys.TokenFrom(ctx)
 			tokens = append(tokens, tok)
 			return chargeResult{ChargeID: "ch_1", Token: tok.String()}, nil
@@ -341,17 +348,14 @@ func TestTakeover(t *testing.T) {
 		var calls int
 		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
 		for range 2 { // the failure is recorded: a later attempt gets it too, and still no call
-			_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+			_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 				calls++
 				return chargeResult{}, nil
 			})
 			var unknown *activity.OutcomeUnknownError
 			require.ErrorAs(t, err, &unknown)
 			require.Equal(t, c.Key, unknown.Key)
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			require.True(t, appErr.NonRetryable())
-			require.Equal(t, activity.ErrTypeOutcomeUnknown, appErr.Type())
+			temporaltest.RequireAppError(t, err, activity.ErrTypeOutcomeUnknown, false)
 			require.Contains(t, err.Error(), c.Key.String())
 		}
 		require.Equal(t, 1, calls, "a non-deduplicating downstream was called again after an unknown outcome")
@@ -371,7 +375,7 @@ func TestTakeover(t *testing.T) {
 			r, ok := ledger[tok]
 			return r, ok, nil
 		}
-		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			t.Error("called although reconcile found the effect")
 			return chargeResult{}, nil
 		})
@@ -423,18 +427,17 @@ func TestTakeover(t *testing.T) {
 
 		// The first attempt is paused past its lease (a stopped process, a long GC).
 		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan chargeResult)
+		late := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(started)
 				<-resume
 				return chargeResult{ChargeID: "ch_stale"}, nil
 			})
-			require.NoError(t, err)
-			late <- out
+			late <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-started
-		out, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -442,7 +445,9 @@ func TestTakeover(t *testing.T) {
 
 		close(resume)
 		// The stale attempt's completion touches no row; it returns what the receipt records.
-		require.Equal(t, "ch_fresh", (<-late).ChargeID)
+		stale := <-late
+		require.NoError(t, stale.err)
+		require.Equal(t, "ch_fresh", stale.out.ChargeID)
 		replayed, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 			t.Error("called after completion")
 			return chargeResult{}, nil
@@ -462,22 +467,18 @@ func TestTakeover(t *testing.T) {
 		c := call(t, "order-19/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		type answer struct {
-			out chargeResult
-			err error
-		}
 		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan answer, 1)
+		late := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(started)
 				<-resume
 				return chargeResult{}, errors.New("connection reset by peer")
 			})
-			late <- answer{out, err}
+			late <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-started
-		_, err := doUntilDone(ctx, t, s, c, func(context.Context) (chargeResult, error) {
+		_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -506,15 +507,14 @@ func TestTakeover(t *testing.T) {
 		<-staleStarted
 		time.Sleep(150 * time.Millisecond)
 		freshStarted, freshResume := make(chan struct{}), make(chan struct{})
-		freshDone := make(chan chargeResult)
+		freshDone := make(chan attemptAnswer[chargeResult], 1)
 		go func() {
 			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
 				close(freshStarted)
 				<-freshResume
 				return chargeResult{ChargeID: "ch_fresh"}, nil
 			})
-			require.NoError(t, err)
-			freshDone <- out
+			freshDone <- attemptAnswer[chargeResult]{out, err}
 		}()
 		<-freshStarted
 		close(staleResume)
@@ -523,7 +523,9 @@ func TestTakeover(t *testing.T) {
 		state, _ := receiptState(t, schema, c.Key)
 		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
 		close(freshResume)
-		require.Equal(t, "ch_fresh", (<-freshDone).ChargeID)
+		fresh := <-freshDone
+		require.NoError(t, fresh.err)
+		require.Equal(t, "ch_fresh", fresh.out.ChargeID)
 	})
 }
 
@@ -540,10 +542,7 @@ func TestMismatch(t *testing.T) {
 		t.Helper()
 		var mismatch *activity.MismatchError
 		require.ErrorAs(t, err, &mismatch)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.True(t, appErr.NonRetryable())
-		require.Equal(t, activity.ErrTypePayloadMismatch, appErr.Type())
+		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.Contains(t, err.Error(), "use a new key")
 	}
 	fingerprint := func(t *testing.T, raw string) keys.Fingerprint {

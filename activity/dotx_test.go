@@ -122,19 +122,20 @@ func TestDoTx(t *testing.T) {
 		stockSetup(t, schema)
 		c := call(t, "order-4/reserve", map[string]int{"units": 1})
 		var runs atomic.Int32
-		results := make([]int, 16)
+		results, errs := make([]int, 16), make([]error, 16)
 		var wg sync.WaitGroup
 		for i := range results {
 			wg.Go(func() {
-				left, err := activity.DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				results[i], errs[i] = activity.DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					runs.Add(1)
 					return reserve(schema, 1)(ctx, tx)
 				})
-				require.NoError(t, err)
-				results[i] = left
 			})
 		}
 		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "duplicate %d", i)
+		}
 		stock, outbox := units(t, schema)
 		require.Equal(t, 9, stock, "the local effect happened more than once")
 		require.Equal(t, 1, outbox)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -41,11 +42,8 @@ func TestReplayedFailureKeepsItsDetails(t *testing.T) {
 	fn := func(context.Context) (int, error) { calls++; return 0, declined() }
 	for i := range 2 {
 		_, err := activity.Do(ctx, s, c, fn)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, "CardDeclined", appErr.Type(), "attempt %d", i)
+		appErr := temporaltest.RequireAppError(t, err, "CardDeclined", false, "attempt %d", i)
 		require.Equal(t, "card declined", appErr.Message())
-		require.True(t, appErr.NonRetryable())
 		var d Decline
 		require.NoError(t, appErr.Details(&d), "attempt %d: the details are gone", i)
 		require.Equal(t, Decline{Code: "insufficient_funds", Advice: "try another card"}, d)

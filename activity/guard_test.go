@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -55,10 +55,7 @@ func TestMalformedKeysAreRefusedBeforeAnyWrite(t *testing.T) {
 				var keyErr *keys.InvalidKeyError
 				require.ErrorAs(t, err, &keyErr)
 				require.Equal(t, strings.ToLower(part), keyErr.Part)
-				var appErr *temporal.ApplicationError
-				require.ErrorAs(t, err, &appErr)
-				require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
-				require.True(t, appErr.NonRetryable())
+				temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
 			})
 		}
 	}
@@ -96,10 +93,7 @@ func TestReplayHorizonGuard(t *testing.T) {
 	})
 	var horizon *activity.HorizonError
 	require.ErrorAs(t, err, &horizon)
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, activity.ErrTypeBeyondHorizon, appErr.Type())
-	require.True(t, appErr.NonRetryable())
+	temporaltest.RequireAppError(t, err, activity.ErrTypeBeyondHorizon, false)
 	require.Equal(t, 0, countReceipts(t, schema))
 
 	c.ScheduledAt = time.Now().Add(-23 * time.Hour)
@@ -187,10 +181,7 @@ func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
 	for range 2 {
 		_, err := activity.Do(ctx, s, c, fn)
 		require.ErrorIs(t, err, activity.ErrPayloadTooLarge)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.True(t, appErr.NonRetryable())
-		require.Equal(t, activity.ErrTypePayloadTooLarge, appErr.Type())
+		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadTooLarge, false)
 	}
 	require.Equal(t, 1, calls)
 	var state string

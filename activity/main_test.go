@@ -5,19 +5,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 )
 
+// TestMain fails the test binary if a goroutine outlives the tests: attempts run on goroutines of
+// their own, and completions are written by a goroutine that hands on to the next.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgxpool's background health checker lives as long as the shared pool.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-	)
+	leaktest.VerifyTestMain(m)
 }
 
 // setup returns a migrated store in a fresh schema.

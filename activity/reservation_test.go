@@ -3,9 +3,11 @@ package activity_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -139,7 +141,9 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 	s, schema := setup(t, nil)
 	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
 	env.SetTestTimeout(30 * time.Second)
+	db := pgtest.Pool(t)
 	var (
+		setupErr error // the activity runs on the SDK's goroutine: the test's goroutine checks this
 		cause    error
 		calls    int
 		tookOver = make(chan struct{})
@@ -147,10 +151,17 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 	env.RegisterActivityWithOptions(func(ctx context.Context) (int, error) {
 		tok, _ := keys.TokenFrom(ctx)
 		// This attempt is paused past its lease; another attempt takes the receipt over.
-		endLease(t, schema, keyOf(t, schema, tok), time.Second)
+		c, err := callOf(db, schema, tok)
+		if err == nil {
+			err = moveLeaseEnd(db, schema, c.Key, time.Second)
+		}
+		if err != nil {
+			setupErr = err
+			return 0, temporal.NewNonRetryableApplicationError(err.Error(), "TestSetup", err)
+		}
+		c.DownstreamDeduplicates = true
 		go func() {
 			defer close(tookOver)
-			c := activity.Call{Key: keyOf(t, schema, tok), Fingerprint: fingerprintOf(t, schema, tok), DownstreamDeduplicates: true}
 			_, _ = activity.Do(context.Background(), s, c, func(context.Context) (int, error) { return 2, nil })
 		}()
 		<-tookOver
@@ -173,6 +184,7 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 		return n, err
 	}, workflow.RegisterOptions{Name: "SlowWorkflow"})
 	env.ExecuteWorkflow("SlowWorkflow")
+	require.NoError(t, setupErr, "set up the takeover")
 	var n int
 	if err := env.GetWorkflowError(); err == nil {
 		require.NoError(t, env.GetWorkflowResult(&n))
@@ -182,23 +194,19 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 	require.NotEqual(t, 1, n, "the fenced-out attempt's result was answered")
 }
 
-// keyOf and fingerprintOf read back the key and fingerprint of the receipt with token tok.
-func keyOf(t *testing.T, schema string, tok keys.Token) keys.Key {
-	t.Helper()
-	var k keys.Key
-	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
-		"SELECT namespace, tenant, operation, id FROM "+schema+".receipts WHERE token = $1", string(tok)).Scan(&k.Namespace, &k.Tenant, &k.Operation, &k.ID))
-	return k
-}
-
-func fingerprintOf(t *testing.T, schema string, tok keys.Token) keys.Fingerprint {
-	t.Helper()
+// callOf reads back the key and fingerprint of the receipt with token tok. It returns an error
+// rather than failing the test: it is called from an activity, off the test's goroutine.
+func callOf(db *pgxpool.Pool, schema string, tok keys.Token) (activity.Call, error) {
 	var (
-		fp  keys.Fingerprint
+		c   activity.Call
 		sum []byte
 	)
-	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
-		"SELECT fingerprint, fingerprint_version FROM "+schema+".receipts WHERE token = $1", string(tok)).Scan(&sum, &fp.Version))
-	copy(fp.Sum[:], sum)
-	return fp
+	err := db.QueryRow(context.Background(),
+		"SELECT namespace, tenant, operation, id, fingerprint, fingerprint_version FROM "+schema+".receipts WHERE token = $1", string(tok)).
+		Scan(&c.Key.Namespace, &c.Key.Tenant, &c.Key.Operation, &c.Key.ID, &sum, &c.Fingerprint.Version)
+	if err != nil {
+		return activity.Call{}, fmt.Errorf("read back the receipt of token %s: %w", tok, err)
+	}
+	copy(c.Fingerprint.Sum[:], sum)
+	return c, nil
 }

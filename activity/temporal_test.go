@@ -20,6 +20,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -117,10 +118,7 @@ func TestStandaloneActivityWithoutExplicitKeyIsRefused(t *testing.T) {
 	env.SetExecuteActivitiesInWorkflow(false)
 	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, nil), sdkactivity.RegisterOptions{Name: "Charge"})
 	_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, activity.ErrTypeInvalidKey, appErr.Type())
-	require.True(t, appErr.NonRetryable())
+	appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
 	require.Contains(t, appErr.Error(), "explicit key")
 	calls, _ := p.counts()
 	require.Equal(t, 0, calls)
@@ -304,6 +302,7 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 	s, schema := setup(t, nil)
 	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
 	env.SetTestTimeout(30 * time.Second)
+	db := pgtest.Pool(t) // here: the activity runs on the SDK's goroutine, where t must not fail
 	var leaseLeft time.Duration
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
 		// Heartbeat for three heartbeat timeouts: without extension the lease would have ended.
@@ -312,7 +311,7 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		var us int64
-		err := pgtest.Pool(t).QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
+		err := db.QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
 		leaseLeft = time.Duration(us) * time.Microsecond
 		return err
 	}, sdkactivity.RegisterOptions{Name: "Slow"})
@@ -332,9 +331,10 @@ func TestLeaseWithoutAHeartbeatTimeoutLastsToTheDeadline(t *testing.T) {
 	s, schema := setup(t, nil)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
+	db := pgtest.Pool(t) // here: the activity may run on another goroutine, where t must not fail
 	leaseLeft := func(ctx context.Context, _ int) (float64, error) {
 		var left float64
-		err := pgtest.Pool(t).QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
+		err := db.QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
 		return left, err
 	}
 	env.RegisterActivityWithOptions(activity.Wrap(s, leaseLeft, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),

@@ -75,8 +75,9 @@ func TestLockedReceiptDoesNotStallOtherCompletions(t *testing.T) {
 
 	others := make(chan error, 8)
 	for i := range cap(others) {
+		c := call(t, fmt.Sprint("other-", i), map[string]int{"amount": i})
 		go func() {
-			_, err := activity.Do(ctx, s, call(t, fmt.Sprint("other-", i), map[string]int{"amount": i}), func(context.Context) (int, error) { return i, nil })
+			_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
 			others <- err
 		}()
 	}

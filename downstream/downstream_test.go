@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/downstream"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -130,10 +130,7 @@ func TestCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := downstream.Check(req, tc.resp, tc.err)
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr)
-			require.Equal(t, tc.wantType, appErr.Type())
-			require.Equal(t, !tc.retryable, appErr.NonRetryable())
+			appErr := temporaltest.RequireAppError(t, err, tc.wantType, tc.retryable)
 			require.Equal(t, tc.delay, appErr.NextRetryDelay())
 			e, ok := downstream.As(err)
 			require.True(t, ok)
@@ -143,10 +140,7 @@ func TestCheck(t *testing.T) {
 	}
 	require.NoError(t, downstream.Check(req, respond(200, "{}", nil), nil))
 	err := downstream.Check(req, nil, &downstream.NoKeyError{Method: "POST", URL: "x", Header: "Idempotency-Key"})
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, downstream.ErrTypeNoKey, appErr.Type())
-	require.True(t, appErr.NonRetryable())
+	temporaltest.RequireAppError(t, err, downstream.ErrTypeNoKey, false)
 }
 
 // TestTransportNeverResendsOnItsOwn: net/http re-sends a request that carries an

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -39,14 +39,6 @@ func quickChargeResult(run client.WorkflowRun) (downstream.Charge, error) {
 	defer cancel()
 	var ch downstream.Charge
 	return ch, run.Get(ctx, &ch)
-}
-
-func requireType(t *testing.T, err error, errType string) {
-	t.Helper()
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, errType, appErr.Type())
-	require.True(t, appErr.NonRetryable())
 }
 
 // Row 7: concurrent duplicates of one intent, from many goroutines and two worker processes:
@@ -87,11 +79,11 @@ func TestRow08SameKeyDifferentPayload(t *testing.T) {
 	changed := o
 	changed.Amount++
 	_, err = w.quickCharge(o.ID+"-2", "", changed)
-	requireType(t, err, activity.ErrTypePayloadMismatch)
+	temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 	changed = o
 	changed.Address = "2 Main St" // a field the provider never sees is part of the request too
 	_, err = w.quickCharge(o.ID+"-3", "", changed)
-	requireType(t, err, activity.ErrTypePayloadMismatch)
+	temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 	require.Equal(t, requests, w.ledger().RequestsByKey[first.Token], "a mismatched request reached the provider")
 	require.Len(t, w.charges(o.ID), 1)
 }
@@ -126,7 +118,7 @@ func TestRow12ProviderFaults(t *testing.T) {
 	o.Card = "tok_chargeDeclined"
 	for i := range 2 { // the second checkout replays the recorded decline
 		_, err := w.quickCharge(o.ID+"-"+string(rune('a'+i)), "", o)
-		requireType(t, err, downstream.ErrTypeRejected)
+		temporaltest.RequireAppError(t, err, downstream.ErrTypeRejected, false)
 	}
 	tok := keys.Key{Namespace: "default", Operation: "charge", ID: "explicit:order/" + o.ID}.Token()
 	require.Equal(t, 1, w.ledger().RequestsByKey[tok.String()], "a decline was retried")
@@ -161,7 +153,7 @@ func TestRow16MalformedKeysAndTenants(t *testing.T) {
 	}
 	long := w.order(strings.Repeat("x", keys.MaxIDLen)) // "order/" + it is over the limit
 	_, err := w.quickCharge(w.queue+"-long", "", long)
-	requireType(t, err, activity.ErrTypeInvalidKey)
+	temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
 	require.Empty(t, w.ledger().Charges)
 	require.Empty(t, w.ledger().RequestsByKey)
 	var receipts int

@@ -62,6 +62,7 @@ func TestRow04BackendsKilled(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	w.startWorker()
 	var kills atomic.Int64
+	db := pgtest.Pool(t) // here: disturb runs on its own goroutine, where t must not fail
 	runOrders(t, w, 6, func(done <-chan struct{}) {
 		for range 40 { // for four seconds, then let the run drain
 			select {
@@ -69,7 +70,7 @@ func TestRow04BackendsKilled(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			tag, err := pgtest.Pool(t).Exec(context.Background(),
+			tag, err := db.Exec(context.Background(),
 				"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", "tempotent-worker-"+w.schema)
 			if err == nil {
 				kills.Add(tag.RowsAffected())

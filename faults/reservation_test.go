@@ -14,6 +14,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -71,14 +72,14 @@ func TestRow20ReservationLost(t *testing.T) {
 		b, err := w.temporal.client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: o.ID + "-b", TaskQueue: queueB}, "QuickCharge", other)
 		require.NoError(t, err)
 		_, err = quickChargeResult(b)
-		requireType(t, err, activity.ErrTypePayloadMismatch)
+		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.ErrorContains(t, err, "can only be used with the same parameters", "B's error is not the provider's answer to B")
 		recorded := w.receiptRow("charge", "")
 		require.Equal(t, activity.StateFailed, recorded.State)
 
 		w.startWorker()
 		_, err = quickChargeResult(a)
-		requireType(t, err, activity.ErrTypePayloadMismatch)
+		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.ErrorContains(t, err, "payload mismatch for key", "A got something other than the receipt's refusal: B's outcome?")
 
 		require.NoError(t, stale.signal(syscall.SIGCONT))

@@ -3,11 +3,11 @@ package keys_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tempotent/tempotent/internal/leaktest"
 )
 
 // TestMain checks that no test leaves goroutines behind: the workflow tests run Temporal's test
 // environment, which starts its own.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }

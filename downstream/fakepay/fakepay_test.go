@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/downstream/paymentstest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -81,9 +81,7 @@ func TestFaults(t *testing.T) {
 		srv, client := start(t, &fakepay.Config{Faults: fakepay.Faults{RateLimit: 1, RetryAfter: 3 * time.Second}})
 		ctx, tok := keyed("rl")
 		_, err := client.Charge(ctx, req)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, downstream.ErrTypeRateLimited, appErr.Type())
+		appErr := temporaltest.RequireAppError(t, err, downstream.ErrTypeRateLimited, true)
 		require.Equal(t, 3*time.Second, appErr.NextRetryDelay())
 		_, err = client.Charge(ctx, req)
 		require.NoError(t, err)
@@ -98,10 +96,7 @@ func TestFaults(t *testing.T) {
 		go func() { _, err := client.Charge(ctx, req); errs <- err }()
 		time.Sleep(100 * time.Millisecond)
 		_, err := client.Charge(ctx, req)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, downstream.ErrTypeInFlight, appErr.Type())
-		require.False(t, appErr.NonRetryable())
+		temporaltest.RequireAppError(t, err, downstream.ErrTypeInFlight, true)
 		require.NoError(t, <-errs)
 		require.Equal(t, 1, srv.Ledger().ChargesByToken[tok.String()])
 		require.Equal(t, 1, srv.Ledger().ConflictsByKey[tok.String()])
@@ -112,9 +107,7 @@ func TestFaults(t *testing.T) {
 		srv, client := start(t, &fakepay.Config{Faults: fakepay.Faults{Drop: 1}})
 		ctx, tok := keyed("drop")
 		_, err := client.Charge(ctx, req)
-		var appErr *temporal.ApplicationError
-		require.ErrorAs(t, err, &appErr)
-		require.Equal(t, downstream.ErrTypeNetwork, appErr.Type())
+		temporaltest.RequireAppError(t, err, downstream.ErrTypeNetwork, true)
 		e, ok := downstream.As(err)
 		require.True(t, ok)
 		require.True(t, e.Sent, "a dropped answer must count as possibly applied")

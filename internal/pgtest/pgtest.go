@@ -48,6 +48,15 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// Close closes the shared pool, if Pool created one. It is for TestMain, after the tests have
+// run (leaktest.VerifyTestMain calls it), so that a leak check does not see the pool's
+// goroutines; no test may call Pool after it.
+func Close() {
+	if pool != nil {
+		pool.Close()
+	}
+}
+
 // Schema creates a uniquely named schema, drops it with everything in it when tb ends, and
 // returns its name.
 func Schema(tb testing.TB) string {

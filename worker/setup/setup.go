@@ -145,7 +145,9 @@ func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
 	if err != nil {
 		return fmt.Errorf("start the Temporal dev server (%s): %w", cli, err)
 	}
-	e.closers = append(e.closers, func() { _ = srv.Stop() })
+	// DevServer.Stop does not close the client it dialled: left open, its connection redials the
+	// stopped server for the life of the process. Close it first, then stop the server.
+	e.closers = append(e.closers, func() { srv.Client().Close(); _ = srv.Stop() })
 	e.Client = srv.Client()
 	e.Config.TemporalAddress = srv.FrontendHostPort()
 	e.TemporalUI = fmt.Sprintf("http://127.0.0.1:%d", uiPort)

@@ -3,10 +3,13 @@ package setup_test
 import (
 	"context"
 	"flag"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/worker/setup"
@@ -50,4 +53,20 @@ func TestBindReadsTheEnvironmentAndFlagsWin(t *testing.T) {
 	require.Equal(t, "payments", cfg.Namespace)
 	require.Equal(t, 240*time.Hour, cfg.Retention)
 	require.ErrorContains(t, cfg.WithDefaults().Validate(), `TEMPOTENT_SHUTDOWN_GRACE="soon"`)
+}
+
+// Close ends all that Start started, the dev server's client included: left open, its
+// connection would keep redialling the stopped server for the life of the process.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	cli, err := filepath.Abs("../../bin/temporal")
+	require.NoError(t, err)
+	if _, err := os.Stat(cli); err != nil {
+		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
+	}
+	schema := pgtest.Schema(t) // the shared pool's goroutines are there before, and stay
+	before := goleak.IgnoreCurrent()
+	env, err := setup.Start(context.Background(), setup.Config{DatabaseURL: pgtest.URL(), Schema: schema, Migrate: true, TemporalCLI: cli, LogLevel: "error"})
+	require.NoError(t, err)
+	env.Close()
+	goleak.VerifyNone(t, before)
 }
