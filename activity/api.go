@@ -29,7 +29,7 @@ type Options struct {
 }
 
 // Do runs fn at most once per c.Key and returns its result, or the result recorded by an
-// earlier execution of the same intent (see DESIGN.md, external effect path):
+// earlier execution of the same intent (DESIGN.md at the module's root, external effect path):
 //
 //   - first execution: reserves the key, calls fn with the key's token in its context
 //     (keys.TokenFrom), records the outcome; 2 round trips;

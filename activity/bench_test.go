@@ -140,7 +140,7 @@ func BenchmarkDoTx(b *testing.B) {
 	})
 }
 
-// TestRoundTripBudget holds the operations to DESIGN.md's budget, counted by a pgx tracer: first
+// TestRoundTripBudget holds the operations to the module DESIGN.md's budget, counted by a pgx tracer: first
 // execution 2 round trips (with a durable or an asynchronous reservation), replay 1, DoTx as many
 // as the same transaction without tempotent (BEGIN carries the receipt read, COMMIT the INSERT),
 // and a DoTx replay 2 (BEGIN with the read, then ROLLBACK).

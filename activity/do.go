@@ -140,7 +140,7 @@ func scanReceipt(row pgx.Row) (receipt, error) {
 
 type payloadFunc func(ctx context.Context) (*commonpb.Payload, error)
 
-// do runs the external-effect state machine of DESIGN.md for one call.
+// do runs the external-effect state machine of the module's DESIGN.md for one call.
 func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Payload, error) {
 	if err := s.check(c); err != nil {
 		return nil, err

@@ -426,24 +426,14 @@ func TestTakeover(t *testing.T) {
 		c.DownstreamDeduplicates = true
 
 		// The first attempt is paused past its lease (a stopped process, a long GC).
-		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan attemptAnswer[chargeResult], 1)
-		go func() {
-			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
-				close(started)
-				<-resume
-				return chargeResult{ChargeID: "ch_stale"}, nil
-			})
-			late <- attemptAnswer[chargeResult]{out, err}
-		}()
-		<-started
+		resume, late := pausedAttempt(ctx, s, c, chargeResult{ChargeID: "ch_stale"}, nil)
 		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
 		require.Equal(t, "ch_fresh", out.ChargeID)
 
-		close(resume)
+		resume()
 		// The stale attempt's completion touches no row; it returns what the receipt records.
 		stale := <-late
 		require.NoError(t, stale.err)
@@ -467,22 +457,12 @@ func TestTakeover(t *testing.T) {
 		c := call(t, "order-19/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		started, resume := make(chan struct{}), make(chan struct{})
-		late := make(chan attemptAnswer[chargeResult], 1)
-		go func() {
-			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
-				close(started)
-				<-resume
-				return chargeResult{}, errors.New("connection reset by peer")
-			})
-			late <- attemptAnswer[chargeResult]{out, err}
-		}()
-		<-started
+		resume, late := pausedAttempt(ctx, s, c, chargeResult{}, errors.New("connection reset by peer"))
 		_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
-		close(resume)
+		resume()
 		got := <-late
 		require.NoError(t, got.err)
 		require.Equal(t, "ch_fresh", got.out.ChargeID)
@@ -494,35 +474,14 @@ func TestTakeover(t *testing.T) {
 		c := call(t, "order-16/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		staleStarted, staleResume := make(chan struct{}), make(chan struct{})
-		staleDone := make(chan error)
-		go func() {
-			_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
-				close(staleStarted)
-				<-staleResume
-				return chargeResult{ChargeID: "ch_stale"}, nil
-			})
-			staleDone <- err
-		}()
-		<-staleStarted
+		staleResume, staleDone := pausedAttempt(ctx, s, c, chargeResult{ChargeID: "ch_stale"}, nil)
 		time.Sleep(150 * time.Millisecond)
-		freshStarted, freshResume := make(chan struct{}), make(chan struct{})
-		freshDone := make(chan attemptAnswer[chargeResult], 1)
-		go func() {
-			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
-				close(freshStarted)
-				<-freshResume
-				return chargeResult{ChargeID: "ch_fresh"}, nil
-			})
-			freshDone <- attemptAnswer[chargeResult]{out, err}
-		}()
-		<-freshStarted
-		close(staleResume)
-		err := <-staleDone
-		require.ErrorIs(t, err, activity.ErrFencedOut)
+		freshResume, freshDone := pausedAttempt(ctx, s, c, chargeResult{ChargeID: "ch_fresh"}, nil)
+		staleResume()
+		require.ErrorIs(t, (<-staleDone).err, activity.ErrFencedOut)
 		state, _ := receiptState(t, schema, c.Key)
 		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
-		close(freshResume)
+		freshResume()
 		fresh := <-freshDone
 		require.NoError(t, fresh.err)
 		require.Equal(t, "ch_fresh", fresh.out.ChargeID)

@@ -29,25 +29,20 @@ func loseReceipt(t *testing.T, schema string, k keys.Key) {
 }
 
 // pausedAttempt starts an attempt of c that reserves and then waits in its function until
-// resumed; it returns once the attempt is inside the function.
-func pausedAttempt(ctx context.Context, s *activity.Store, c activity.Call, result int, fnErr error) (resume func(), done <-chan attemptResult) {
+// resumed, then returns result and fnErr; it returns once the attempt is inside the function.
+func pausedAttempt[T any](ctx context.Context, s *activity.Store, c activity.Call, result T, fnErr error) (resume func(), done <-chan attemptAnswer[T]) {
 	started, resumed := make(chan struct{}), make(chan struct{})
-	out := make(chan attemptResult, 1)
+	out := make(chan attemptAnswer[T], 1)
 	go func() {
-		got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) {
+		got, err := activity.Do(ctx, s, c, func(context.Context) (T, error) {
 			close(started)
 			<-resumed
 			return result, fnErr
 		})
-		out <- attemptResult{got, err}
+		out <- attemptAnswer[T]{got, err}
 	}()
 	<-started
 	return func() { close(resumed) }, out
-}
-
-type attemptResult struct {
-	got int
-	err error
 }
 
 // A stale attempt whose reservation was lost holds the same fence number (1) as the attempt
@@ -70,7 +65,7 @@ func TestLostReservationStaleAttemptCannotComplete(t *testing.T) {
 	resumeStale()
 	st := <-staleDone
 	require.Error(t, st.err, "the stale attempt completed a receipt it no longer held")
-	require.NotEqual(t, 100, st.got)
+	require.NotEqual(t, 100, st.out)
 	state, fence := receiptState(t, schema, fresh.Key)
 	require.Equal(t, activity.StatePending, state, "the stale attempt wrote the new reservation's receipt")
 	require.Equal(t, int64(1), fence)
@@ -78,7 +73,7 @@ func TestLostReservationStaleAttemptCannotComplete(t *testing.T) {
 	resumeFresh()
 	fr := <-freshDone
 	require.NoError(t, fr.err)
-	require.Equal(t, 999, fr.got, "the new caller got the stale attempt's result")
+	require.Equal(t, 999, fr.out, "the new caller got the stale attempt's result")
 
 	// And the stale caller, asking again, learns that the key now names another request.
 	_, err := activity.Do(ctx, s, stale, func(context.Context) (int, error) {
@@ -111,7 +106,7 @@ func TestLostReservationStaleAttemptCannotRelease(t *testing.T) {
 	require.ErrorIs(t, err, activity.ErrInProgress)
 
 	resumeSecond()
-	require.Equal(t, 7, (<-secondDone).got)
+	require.Equal(t, 7, (<-secondDone).out)
 }
 
 // A receipt purged while pending and then reserved again is a new reservation: the attempt that
@@ -128,7 +123,7 @@ func TestPurgedPendingReceiptReservedAgain(t *testing.T) {
 	resumeOld()
 	require.ErrorIs(t, (<-oldDone).err, activity.ErrFencedOut)
 	resumeNew()
-	require.Equal(t, 2, (<-newDone).got)
+	require.Equal(t, 2, (<-newDone).out)
 	got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 3, nil })
 	require.NoError(t, err)
 	require.Equal(t, 2, got, "the receipt records the old attempt's result")

@@ -1,4 +1,4 @@
--- The receipts table: one row per business intent (see DESIGN.md, Receipts).
+-- The receipts table: one row per business intent (DESIGN.md at the root of github.com/tempotent/tempotent, Receipts).
 -- {{schema}} is replaced by the quoted schema name.
 CREATE TABLE {{schema}}.receipts (
     namespace           text        NOT NULL,
