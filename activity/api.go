@@ -12,11 +12,10 @@ import (
 	"github.com/tempotent/tempotent/keys"
 )
 
-// Options says how a wrapped activity is keyed and what its downstream guarantees. The zero
-// Options keys by ScopeWorkflow and treats the downstream as one that does not deduplicate.
+// Options says what a registered activity's downstream guarantees. Its key is not among them:
+// workflow code decides every activity's key (see the keys package). The zero Options treats the
+// downstream as one that does not deduplicate.
 type Options struct {
-	// Keys chooses the key's scope, operation and explicit ID.
-	Keys keys.Options
 	// DownstreamDeduplicates: see Call.DownstreamDeduplicates.
 	DownstreamDeduplicates bool
 	// DownstreamKeyMemory: see Call.DownstreamKeyMemory.
@@ -28,8 +27,19 @@ type Options struct {
 	Reconcile ReconcileFunc
 }
 
+func (o Options) validate() error {
+	switch {
+	case o.DownstreamKeyMemory < 0:
+		return errors.New("Options.DownstreamKeyMemory is negative; give a duration, or zero for the default")
+	case o.DownstreamSettleTime < 0:
+		return errors.New("Options.DownstreamSettleTime is negative; give a duration, or zero for the default")
+	}
+	return nil
+}
+
 // Do runs fn at most once per c.Key and returns its result, or the result recorded by an
-// earlier execution of the same intent (DESIGN.md at the module's root, external effect path):
+// earlier execution of the same intent (DESIGN.md at the module's root, external effect path). It
+// is the primitive for code outside Temporal; in a Temporal worker, Register an activity instead.
 //
 //   - first execution: reserves the key, calls fn with the key's token in its context
 //     (keys.TokenFrom), records the outcome; 2 round trips;
@@ -54,15 +64,16 @@ func Do[T any](ctx context.Context, s *Store, c Call, fn func(context.Context) (
 	return decode[T](s, p, err)
 }
 
-// DoTx runs fn in a transaction that also writes the receipt, so the local mutation and its
-// receipt commit together or not at all: exactly once for the local effect. fn must not commit
-// or roll back tx. A finished receipt is replayed without calling fn; a concurrent duplicate
-// waits on the receipt's unique index and then replays; an error from fn rolls back its writes
-// (non-retryable errors are then recorded and replayed). If the reply to COMMIT is lost, DoTx
-// returns a retryable StoreError and the next attempt finds out whether it committed.
+// DoInNewTx opens a transaction, runs fn in it and writes the receipt in it, so the local
+// mutation and its receipt commit together or not at all: exactly once for the local effect. fn
+// must not commit or roll back tx. A finished receipt is replayed without calling fn; a
+// concurrent duplicate waits on the receipt's unique index and then replays; an error from fn
+// rolls back its writes (non-retryable errors are then recorded and replayed). If the reply to
+// COMMIT is lost, DoInNewTx returns a retryable StoreError and the next attempt finds out whether
+// it committed. To write the receipt in a transaction of your own, use DoInTx.
 //
-// A key must not be used both with Do and DoTx.
-func DoTx[T any](ctx context.Context, s *Store, c Call, fn func(context.Context, pgx.Tx) (T, error)) (T, error) {
+// A key must not be used both with Do and a transactional form.
+func DoInNewTx[T any](ctx context.Context, s *Store, c Call, fn func(context.Context, pgx.Tx) (T, error)) (T, error) {
 	p, err := s.doTx(ctx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
 		out, err := fn(ctx, tx)
 		if err != nil {
@@ -73,56 +84,44 @@ func DoTx[T any](ctx context.Context, s *Store, c Call, fn func(context.Context,
 	return decode[T](s, p, err)
 }
 
-// Wrap returns fn as an activity whose effect happens once per intent: each execution derives
-// the key from the activity's context (opts.Keys, ScopeWorkflow by default), fingerprints in, and
-// runs fn under Do. Register the result under a stable name:
+// DoInTx runs fn in tx, the caller's own transaction, and writes the receipt in it: the receipt
+// commits exactly when the caller commits tx, together with everything else the caller wrote.
+// The caller begins, commits and rolls back tx; DoInTx works inside a savepoint, so fn's writes
+// and the receipt are undone alone when fn fails, and tx stays usable.
 //
-//	w.RegisterActivityWithOptions(activity.Wrap(store, Charge, nil), sdkactivity.RegisterOptions{Name: "Charge"})
+//   - a finished receipt (committed by an earlier transaction) is replayed without calling fn;
+//   - a concurrent transaction holding the same key makes the receipt's INSERT wait until it
+//     ends, then DoInTx replays its receipt (READ COMMITTED), or fails with a retryable
+//     InProgressError when tx's snapshot cannot see it (REPEATABLE READ and SERIALIZABLE): roll
+//     tx back and retry;
+//   - a non-retryable error of fn is recorded in tx (so it is replayed once tx commits); any
+//     other error of fn leaves no receipt.
 //
-// ScopeWorkflow needs the interceptor on the worker (NewInterceptor with no activities selected
-// is enough), which also extends the lease on heartbeats. When the interceptor already applies
-// a receipt to this activity, Wrap calls fn directly instead of reserving the key twice.
-func Wrap[In, Out any](s *Store, fn func(context.Context, In) (Out, error), opts *Options) func(context.Context, In) (Out, error) {
-	return func(ctx context.Context, in In) (Out, error) {
-		if leaseFrom(ctx) != nil {
-			return fn(ctx, in)
-		}
-		c, err := s.callFor(ctx, opts, []any{in})
+// The Store's lock and statement timeouts do not apply: tx's own settings do.
+func DoInTx[T any](ctx context.Context, s *Store, tx pgx.Tx, c Call, fn func(context.Context, pgx.Tx) (T, error)) (T, error) {
+	p, err := s.doInTx(ctx, tx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
+		out, err := fn(ctx, tx)
 		if err != nil {
-			var zero Out
-			return zero, toTemporal(err)
+			return nil, err
 		}
-		return Do(ctx, s, c, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
-	}
+		return s.encode(c.Key, out)
+	})
+	return decode[T](s, p, err)
 }
 
-// WrapTx returns fn as an activity whose local mutation commits together with its receipt (see
-// DoTx), keyed like Wrap.
-func WrapTx[In, Out any](s *Store, fn func(context.Context, pgx.Tx, In) (Out, error), opts *Options) func(context.Context, In) (Out, error) {
-	return func(ctx context.Context, in In) (Out, error) {
-		c, err := s.callFor(ctx, opts, []any{in})
-		if err != nil {
-			var zero Out
-			return zero, toTemporal(err)
-		}
-		return DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (Out, error) { return fn(ctx, tx, in) })
-	}
-}
-
-// callFor builds the Call for the activity running in ctx.
-func (s *Store) callFor(ctx context.Context, opts *Options, args []any) (Call, error) {
+// callFor builds the Call for the registered activity running in ctx.
+func (s *Store) callFor(ctx context.Context, opts Options, in any) (Call, error) {
 	if !sdkactivity.IsActivity(ctx) {
-		return Call{}, errors.New("tempotent: a wrapped activity was called outside an activity context; call Do or DoTx with a Call instead")
+		return Call{}, errors.New("tempotent: a registered activity was called outside an activity context; call Do, DoInNewTx or DoInTx with a Call instead")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
+	if !intercepted(ctx) {
+		return Call{}, ErrMisconfigured
 	}
-	k, err := keys.FromActivity(ctx, o.Keys)
+	k, err := keys.FromActivity(ctx)
 	if err != nil {
 		return Call{}, err
 	}
-	fp, err := keys.FingerprintOf(args)
+	fp, err := keys.FingerprintOf([]any{in})
 	if err != nil {
 		return Call{}, err
 	}
@@ -130,10 +129,10 @@ func (s *Store) callFor(ctx context.Context, opts *Options, args []any) (Call, e
 		Key:                    k,
 		Fingerprint:            fp,
 		ScheduledAt:            sdkactivity.GetInfo(ctx).ScheduledTime,
-		DownstreamDeduplicates: o.DownstreamDeduplicates,
-		DownstreamKeyMemory:    o.DownstreamKeyMemory,
-		DownstreamSettleTime:   o.DownstreamSettleTime,
-		Reconcile:              o.Reconcile,
+		DownstreamDeduplicates: opts.DownstreamDeduplicates,
+		DownstreamKeyMemory:    opts.DownstreamKeyMemory,
+		DownstreamSettleTime:   opts.DownstreamSettleTime,
+		Reconcile:              opts.Reconcile,
 	}, nil
 }
 

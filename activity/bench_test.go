@@ -133,7 +133,7 @@ func BenchmarkDoTx(b *testing.B) {
 	b.Run("tempotent=dotx", func(b *testing.B) {
 		counter.Reset()
 		for range b.N {
-			_, err := activity.DoTx(ctx, s, benchCall(b, next("tx-")), business)
+			_, err := activity.DoInNewTx(ctx, s, benchCall(b, next("tx-")), business)
 			require.NoError(b, err)
 		}
 		reportRoundTrips(b, counter)
@@ -178,6 +178,6 @@ func TestRoundTripBudget(t *testing.T) {
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := write(ctx, tx); return err }))
 	})
 	c.Key.ID = "tx"
-	require.Equal(t, bare, measure(func() { _, err = activity.DoTx(ctx, s, c, write); require.NoError(t, err) }), "DoTx")
-	require.Equal(t, int64(2), measure(func() { _, err = activity.DoTx(ctx, s, c, write); require.NoError(t, err) }), "DoTx replay")
+	require.Equal(t, bare, measure(func() { _, err = activity.DoInNewTx(ctx, s, c, write); require.NoError(t, err) }), "DoTx")
+	require.Equal(t, int64(2), measure(func() { _, err = activity.DoInNewTx(ctx, s, c, write); require.NoError(t, err) }), "DoTx replay")
 }

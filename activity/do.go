@@ -21,7 +21,7 @@ import (
 	"github.com/tempotent/tempotent/keys"
 )
 
-// Call describes one execution of an intent for Do and DoTx. Wrap, WrapTx and the interceptor
+// Call describes one execution of an intent for Do, DoInNewTx and DoInTx. Register and RegisterTx
 // build it from the activity's context; build it yourself to use receipts outside Temporal.
 type Call struct {
 	// Key names the intent. Required; validated before anything is written.

@@ -175,3 +175,96 @@ func (s *Store) finalArgs(c Call, o outcome) []any {
 	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
 		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}
 }
+
+// doInTx runs the local-mutation path in the caller's transaction: the receipt commits when the
+// caller commits. It works inside a savepoint so that a failing fn, or a duplicate's receipt
+// found at the INSERT, undoes only what it wrote. It sends no settings: set_config(…, true)
+// would outlive the savepoint and change the caller's transaction.
+func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*commonpb.Payload, error) {
+	if err := s.check(c); err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, errors.New("activity.DoInTx: tx is nil; begin a transaction, or call DoInNewTx")
+	}
+	k := c.Key
+	obs := newObserver(ctx, s, k)
+	r, err := scanReceipt(tx.QueryRow(ctx, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
+	switch {
+	case err == nil:
+		return s.answerTx(c, r, obs)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, &StoreError{Op: "read", Key: k, Err: err}
+	}
+
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, &StoreError{Op: "savepoint", Key: k, Err: err}
+	}
+	p, err := fn(withRunning(keys.WithToken(ctx, k.Token()), s, c), sp)
+	if err == nil {
+		err = s.checkSize(k, p)
+	}
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return nil, &StoreError{Op: "roll back to savepoint", Key: k, Err: errors.Join(err, rbErr)}
+		}
+		if !s.isFinal(ctx, err) {
+			return nil, err
+		}
+		out, oerr := s.outcome(k, nil, err)
+		if oerr != nil {
+			return nil, oerr
+		}
+		return nil, s.recordInTx(ctx, tx, c, out, obs, err)
+	}
+	out, err := s.outcome(k, p, nil)
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return nil, err
+	}
+	if _, err := sp.Exec(ctx, s.sql.insertFinal, s.finalArgs(c, out)...); err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return nil, &StoreError{Op: "roll back to savepoint", Key: k, Err: errors.Join(err, rbErr)}
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // a duplicate committed first
+			return s.answerDuplicateInTx(ctx, tx, c, obs)
+		}
+		return nil, &StoreError{Op: "complete", Key: k, Err: err}
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+		return nil, &StoreError{Op: "release savepoint", Key: k, Err: err}
+	}
+	obs.count(MetricReserved)
+	return p, nil
+}
+
+// recordInTx records fn's final error in tx, unless a duplicate's receipt got there first; it
+// returns fnErr, or the duplicate's answer.
+func (s *Store) recordInTx(ctx context.Context, tx pgx.Tx, c Call, out outcome, obs observer, fnErr error) error {
+	tag, err := tx.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
+	if err != nil {
+		return &StoreError{Op: "complete", Key: c.Key, Err: err}
+	}
+	if tag.RowsAffected() == 0 {
+		_, err := s.answerDuplicateInTx(ctx, tx, c, obs)
+		return err
+	}
+	return fnErr
+}
+
+// answerDuplicateInTx answers from the receipt that a concurrent transaction committed while
+// this one ran fn. Under READ COMMITTED tx sees it; under a snapshot that predates it, it cannot,
+// and only a new transaction can: InProgressError.
+func (s *Store) answerDuplicateInTx(ctx context.Context, tx pgx.Tx, c Call, obs observer) (*commonpb.Payload, error) {
+	r, err := scanReceipt(tx.QueryRow(ctx, s.sql.read, c.Key.Namespace, c.Key.Tenant, c.Key.Operation, c.Key.ID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		obs.count(MetricInProgress)
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(0)}
+	case err != nil:
+		return nil, &StoreError{Op: "read", Key: c.Key, Err: err}
+	}
+	return s.answerTx(c, r, obs)
+}

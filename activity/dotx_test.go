@@ -53,10 +53,10 @@ func TestDoTx(t *testing.T) {
 		s, schema := setup(t, nil)
 		stockSetup(t, schema)
 		c := call(t, "order-1/reserve", map[string]int{"units": 3})
-		left, err := activity.DoTx(ctx, s, c, reserve(schema, 3))
+		left, err := activity.DoInNewTx(ctx, s, c, reserve(schema, 3))
 		require.NoError(t, err)
 		require.Equal(t, 7, left)
-		again, err := activity.DoTx(ctx, s, c, func(context.Context, pgx.Tx) (int, error) {
+		again, err := activity.DoInNewTx(ctx, s, c, func(context.Context, pgx.Tx) (int, error) {
 			t.Error("a replay ran the mutation")
 			return 0, nil
 		})
@@ -74,7 +74,7 @@ func TestDoTx(t *testing.T) {
 		s, schema := setup(t, nil)
 		stockSetup(t, schema)
 		c := call(t, "order-2/reserve", map[string]int{"units": 3})
-		_, err := activity.DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			if _, err := reserve(schema, 3)(ctx, tx); err != nil {
 				return 0, err
 			}
@@ -87,7 +87,7 @@ func TestDoTx(t *testing.T) {
 		require.Equal(t, 0, countReceipts(t, schema), "a receipt survived the error")
 
 		// The retry runs the mutation, once.
-		left, err := activity.DoTx(ctx, s, c, reserve(schema, 3))
+		left, err := activity.DoInNewTx(ctx, s, c, reserve(schema, 3))
 		require.NoError(t, err)
 		require.Equal(t, 7, left)
 	})
@@ -104,7 +104,7 @@ func TestDoTx(t *testing.T) {
 			return 0, temporal.NewNonRetryableApplicationError("sku discontinued", "Discontinued", nil)
 		}
 		for range 2 {
-			_, err := activity.DoTx(ctx, s, c, fn)
+			_, err := activity.DoInNewTx(ctx, s, c, fn)
 			var appErr *temporal.ApplicationError
 			require.ErrorAs(t, err, &appErr)
 			require.Equal(t, "Discontinued", appErr.Type())
@@ -126,7 +126,7 @@ func TestDoTx(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range results {
 			wg.Go(func() {
-				results[i], errs[i] = activity.DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
+				results[i], errs[i] = activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					runs.Add(1)
 					return reserve(schema, 1)(ctx, tx)
 				})
@@ -149,9 +149,9 @@ func TestDoTx(t *testing.T) {
 		t.Parallel()
 		s, schema := setup(t, nil)
 		stockSetup(t, schema)
-		_, err := activity.DoTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 1}), reserve(schema, 1))
+		_, err := activity.DoInNewTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 1}), reserve(schema, 1))
 		require.NoError(t, err)
-		_, err = activity.DoTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 2}), reserve(schema, 2))
+		_, err = activity.DoInNewTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 2}), reserve(schema, 2))
 		require.ErrorIs(t, err, activity.ErrPayloadMismatch)
 		stock, _ := units(t, schema)
 		require.Equal(t, 9, stock)

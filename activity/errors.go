@@ -8,22 +8,28 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tempotent/tempotent/internal/errtype"
 	"github.com/tempotent/tempotent/keys"
 )
 
 // Temporal application error types of the errors this package returns. Workflows and retry
 // policies can name them (RetryPolicy.NonRetryableErrorTypes, temporal.ApplicationError.Type).
+//
+// Errors that cross into Temporal lose their Go chain: in a workflow, and after a replay, match
+// them by these types, not with errors.Is.
 const (
-	ErrTypePayloadMismatch  = "tempotent.PayloadMismatch"     // non-retryable
-	ErrTypeInProgress       = "tempotent.InProgress"          // retryable, with a next-retry delay
-	ErrTypeOutcomeUnknown   = "tempotent.OutcomeUnknown"      // non-retryable
-	ErrTypeFencedOut        = "tempotent.FencedOut"           // retryable
-	ErrTypeBeyondHorizon    = "tempotent.BeyondReplayHorizon" // non-retryable
-	ErrTypeInvalidKey       = "tempotent.InvalidKey"          // non-retryable
-	ErrTypePayloadTooLarge  = "tempotent.PayloadTooLarge"     // non-retryable
-	ErrTypeStore            = "tempotent.StoreUnavailable"    // retryable
-	ErrTypeReconcileFailed  = "tempotent.ReconcileFailed"     // retryable
-	ErrTypeForwardUnsettled = "tempotent.ForwardUnsettled"    // retryable, with a next-retry delay
+	ErrTypePayloadMismatch  = errtype.PayloadMismatch  // non-retryable
+	ErrTypeInProgress       = errtype.InProgress       // retryable, with a next-retry delay
+	ErrTypeOutcomeUnknown   = errtype.OutcomeUnknown   // non-retryable
+	ErrTypeFencedOut        = errtype.FencedOut        // retryable
+	ErrTypeBeyondHorizon    = errtype.BeyondHorizon    // non-retryable
+	ErrTypeInvalidKey       = errtype.InvalidKey       // non-retryable
+	ErrTypePayloadTooLarge  = errtype.PayloadTooLarge  // non-retryable
+	ErrTypeStore            = errtype.Store            // retryable
+	ErrTypeReconcileFailed  = errtype.ReconcileFailed  // retryable
+	ErrTypeForwardUnsettled = errtype.ForwardUnsettled // retryable, with a next-retry delay
+	// ErrTypeMisconfigured: a registered activity ran on a worker without NewInterceptor.
+	ErrTypeMisconfigured = errtype.Misconfigured // non-retryable
 )
 
 // Sentinel errors, matched with errors.Is by the typed errors below.
@@ -37,6 +43,8 @@ var (
 	ErrStore            = errors.New("receipt store unavailable")
 	ErrReconcileFailed  = errors.New("reconcile failed")
 	ErrForwardUnsettled = errors.New("forward step not settled")
+	// ErrMisconfigured: a registered activity ran on a worker without NewInterceptor.
+	ErrMisconfigured = errors.New("this worker runs a registered activity without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors")
 )
 
 // MismatchError reports that a key was used again with a different request. Nothing was called.
@@ -244,6 +252,8 @@ func toTemporal(err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeBeyondHorizon, err)
 	case errors.Is(err, ErrPayloadTooLarge):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadTooLarge, err)
+	case errors.Is(err, ErrMisconfigured):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeMisconfigured, err)
 	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidKey, err)
 	case errors.Is(err, ErrFencedOut):

@@ -48,7 +48,7 @@ func ExampleDo() {
 	charge := func(amount int) activity.Call {
 		fp, _ := keys.FingerprintOf(map[string]int{"amount": amount})
 		return activity.Call{
-			Key:                    keys.Key{Namespace: "default", Operation: "Charge", ID: "order-123/charge"},
+			Key:                    mustKey(keys.Explicit("default", "", "Charge", "order-123")),
 			Fingerprint:            fp,
 			DownstreamDeduplicates: true,
 		}
@@ -71,26 +71,85 @@ func ExampleDo() {
 	// true
 }
 
-// DoTx commits a local mutation and its receipt together: the replay does not run it again.
-func ExampleDoTx() {
+// DoInNewTx commits a local mutation and its receipt together: the replay does not run it again.
+func ExampleDoInNewTx() {
 	ctx := context.Background()
 	store, pool, cleanup := exampleStore(ctx, "example_dotx")
 	defer cleanup()
 	_, _ = pool.Exec(ctx, "CREATE TABLE example_dotx.stock (sku text PRIMARY KEY, units int); INSERT INTO example_dotx.stock VALUES ('sku-1', 10)")
 
 	fp, _ := keys.FingerprintOf(map[string]any{"sku": "sku-1", "units": 3})
-	call := activity.Call{Key: keys.Key{Namespace: "default", Operation: "Reserve", ID: "order-123/reserve"}, Fingerprint: fp}
+	call := activity.Call{Key: mustKey(keys.Explicit("default", "", "Reserve", "order-123")), Fingerprint: fp}
 	reserve := func(ctx context.Context, tx pgx.Tx) (int, error) {
 		var left int
 		err := tx.QueryRow(ctx, "UPDATE example_dotx.stock SET units = units - 3 WHERE sku = 'sku-1' RETURNING units").Scan(&left)
 		return left, err
 	}
 	for range 3 {
-		left, err := activity.DoTx(ctx, store, call, reserve)
+		left, err := activity.DoInNewTx(ctx, store, call, reserve)
 		fmt.Println(left, err)
 	}
 	// Output:
 	// 7 <nil>
 	// 7 <nil>
 	// 7 <nil>
+}
+
+// DoInTx writes the receipt in the caller's own transaction, beside the caller's other writes:
+// an order and its stock reservation commit together, with the reservation's receipt. A rolled
+// back transaction leaves no receipt, so its retry runs again; a committed one is replayed.
+func ExampleDoInTx() {
+	ctx := context.Background()
+	store, pool, cleanup := exampleStore(ctx, "example_dointx")
+	defer cleanup()
+	_, _ = pool.Exec(ctx, `CREATE TABLE example_dointx.stock (sku text PRIMARY KEY, units int);
+		CREATE TABLE example_dointx.orders (id text PRIMARY KEY);
+		INSERT INTO example_dointx.stock VALUES ('sku-1', 10)`)
+
+	fp, _ := keys.FingerprintOf(map[string]any{"sku": "sku-1", "units": 3})
+	call := activity.Call{Key: mustKey(keys.Explicit("default", "", "Reserve", "order-123")), Fingerprint: fp}
+	reserve := func(ctx context.Context, tx pgx.Tx) (int, error) {
+		var left int
+		err := tx.QueryRow(ctx, "UPDATE example_dointx.stock SET units = units - 3 WHERE sku = 'sku-1' RETURNING units").Scan(&left)
+		return left, err
+	}
+	placeOrder := func(commit bool) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO example_dointx.orders VALUES ('order-123') ON CONFLICT DO NOTHING"); err != nil {
+				return err
+			}
+			left, err := activity.DoInTx(ctx, store, tx, call, reserve)
+			if err != nil {
+				return err
+			}
+			fmt.Println("units left:", left)
+			if !commit {
+				return errors.New("the caller changed its mind")
+			}
+			return nil
+		})
+		fmt.Println("committed:", err == nil)
+	}
+	placeOrder(false) // rolled back: stock, order and receipt alike
+	placeOrder(true)
+	placeOrder(true) // the same intent again: replayed, stock untouched
+
+	var units int
+	_ = pool.QueryRow(ctx, "SELECT units FROM example_dointx.stock").Scan(&units)
+	fmt.Println("stock:", units)
+	// Output:
+	// units left: 7
+	// committed: false
+	// units left: 7
+	// committed: true
+	// units left: 7
+	// committed: true
+	// stock: 7
+}
+
+func mustKey(k keys.Key, err error) keys.Key {
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
-	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -110,17 +109,17 @@ func TestPayloadCodecOnTheClient(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Codecs", "a codec data converter would encode stored payloads twice")
 
 	s, schema := setup(t, &activity.Config{Codecs: []converter.PayloadCodec{codec}})
-	run := func(name string, fn any) (Charge, error) {
+	run := func(name string, fn func(context.Context, ChargeRequest) (Charge, error)) (Charge, error) {
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestWorkflowEnvironment()
 		env.SetDataConverter(converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), codec))
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-			activity.NewInterceptor(s, activity.InterceptorConfig{Activities: map[string]activity.Options{name: {DownstreamDeduplicates: true}}}),
-		}})
-		env.RegisterActivityWithOptions(fn, sdkactivity.RegisterOptions{Name: name})
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+		if err := activity.Register(env, s, name, fn, activity.Options{DownstreamDeduplicates: true}); err != nil {
+			return Charge{}, err
+		}
 		env.RegisterWorkflowWithOptions(func(ctx workflow.Context, req ChargeRequest) (Charge, error) {
 			var c Charge
-			err := workflow.ExecuteActivity(keys.WithStep(chargeOptions(ctx), "charge"), name, req).Get(ctx, &c)
+			err := workflow.ExecuteActivity(keys.WithStep(chargeOptions(ctx), name), name, req).Get(ctx, &c)
 			return c, err
 		}, workflow.RegisterOptions{Name: "Pay"})
 		env.ExecuteWorkflow("Pay", ChargeRequest{Order: "order-1", Amount: 100})

@@ -1,11 +1,11 @@
 package activity_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
@@ -67,16 +67,17 @@ func TestMetricsThroughTheActivityHandler(t *testing.T) {
 	s, _ := setup(t, nil)
 	p := newProvider()
 	metrics := newCountingHandler()
-	icpt := activity.NewInterceptor(s, activity.InterceptorConfig{
-		Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}},
-	})
 	run := func(req ChargeRequest) error {
 		var suite testsuite.WorkflowTestSuite
 		suite.SetMetricsHandler(metrics)
 		env := suite.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{icpt}})
-		env.SetHeader(headers(t, map[string]string{keys.HeaderOriginalRunID: "run-1", keys.HeaderStep: "charge#1"}))
-		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+		env.SetWorkerOptions(worker.Options{
+			Interceptors:              []interceptor.WorkerInterceptor{activity.NewInterceptor()},
+			BackgroundActivityContext: keys.Given(context.Background(), "Charge", "o-1"),
+		})
+		if err := activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}); err != nil {
+			return err
+		}
 		_, err := env.ExecuteActivity("Charge", req)
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -104,6 +105,46 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("migrate %s: apply %03d_%s: %w", schema, m.Version, m.Name, err)
 		}
+	}
+	return nil
+}
+
+// ErrNotMigrated is matched by Check's error when the store's schema lacks migrations.
+var ErrNotMigrated = errors.New("receipt store not migrated")
+
+// Check reports whether the store's schema has every migration this version needs, so that a
+// worker can refuse to start (rather than fail each activity) against an unmigrated database. Its
+// error says which migrations are missing and how to apply them; it matches ErrNotMigrated when
+// the database answered, and is a connection error otherwise.
+func (s *Store) Check(ctx context.Context) error {
+	migrations, err := Migrations(s.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	var applied []int
+	table := pgx.Identifier{s.cfg.Schema, "tempotent_migration"}.Sanitize()
+	var exists bool
+	if err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		return fmt.Errorf("check the receipt store's schema %q: %w", s.cfg.Schema, err)
+	}
+	if exists {
+		rows, err := s.db.Query(ctx, "SELECT version FROM "+table)
+		if err != nil {
+			return fmt.Errorf("check the receipt store's schema %q: %w", s.cfg.Schema, err)
+		}
+		if applied, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil {
+			return fmt.Errorf("check the receipt store's schema %q: %w", s.cfg.Schema, err)
+		}
+	}
+	var missing []string
+	for _, m := range migrations {
+		if !slices.Contains(applied, m.Version) {
+			missing = append(missing, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: schema %q lacks migrations %s: call Store.Migrate (the worker's -migrate flag, TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool",
+			ErrNotMigrated, s.cfg.Schema, strings.Join(missing, ", "))
 	}
 	return nil
 }

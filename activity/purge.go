@@ -3,6 +3,7 @@ package activity
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // MetricUnresolvedHeld is the gauge, sent to Config.MetricsHandler after each Purge, of receipts
@@ -48,4 +49,21 @@ func (s *Store) Unresolved(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("count unresolved receipts: %w", err)
 	}
 	return n, nil
+}
+
+// Counts is how many receipts are in each state; Unresolved counts those that Unresolved would
+// (a subset of Pending and Failed).
+type Counts struct {
+	Pending, Completed, Failed, Unresolved int64
+}
+
+// CountSince counts, by state, the receipts first reserved at or after since (the zero time for
+// all of them): a health check of a batch of intents, without SQL against the store's table.
+func (s *Store) CountSince(ctx context.Context, since time.Time) (Counts, error) {
+	var c Counts
+	err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countSince, since).Scan(&c.Pending, &c.Completed, &c.Failed, &c.Unresolved)
+	if err != nil {
+		return Counts{}, fmt.Errorf("count receipts: %w", err)
+	}
+	return c, nil
 }

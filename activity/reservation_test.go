@@ -134,7 +134,7 @@ func TestPurgedPendingReceiptReservedAgain(t *testing.T) {
 func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
+	env := newWorkflowEnv(t)
 	env.SetTestTimeout(30 * time.Second)
 	db := pgtest.Pool(t)
 	var (
@@ -143,7 +143,7 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 		calls    int
 		tookOver = make(chan struct{})
 	)
-	env.RegisterActivityWithOptions(func(ctx context.Context) (int, error) {
+	require.NoError(t, activity.Register(env, s, "Slow", func(ctx context.Context, _ struct{}) (int, error) {
 		tok, _ := keys.TokenFrom(ctx)
 		// This attempt is paused past its lease; another attempt takes the receipt over.
 		c, err := callOf(db, schema, tok)
@@ -170,12 +170,12 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 			calls++
 		}
 		return 1, nil
-	}, sdkactivity.RegisterOptions{Name: "Slow"})
+	}, activity.Options{DownstreamDeduplicates: true}))
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) (int, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 300 * time.Millisecond,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
 		var n int
-		err := workflow.ExecuteActivity(ctx, "Slow").Get(ctx, &n)
+		err := workflow.ExecuteActivity(ctx, "Slow", struct{}{}).Get(ctx, &n)
 		return n, err
 	}, workflow.RegisterOptions{Name: "SlowWorkflow"})
 	env.ExecuteWorkflow("SlowWorkflow")

@@ -16,7 +16,7 @@ type statements struct {
 	settings, settingsAsync, txSettings                                  string
 	reserve, read, takeOver, complete, completeSkipLocked, completeBatch string
 	release, extend, insertFinal                                         string
-	purge, countHeld, countUnresolved                                    string
+	purge, countHeld, countUnresolved, countSince                        string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -168,6 +168,11 @@ DELETE FROM %[1]s WHERE ctid IN (
 		// countUnresolved counts every unresolved receipt, expired or not.
 		countUnresolved: fmt.Sprintf(`SELECT count(*) FROM %[1]s
 WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
+		// countSince counts receipts by state, and the unresolved among them.
+		countSince: fmt.Sprintf(`SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'completed'),
+	count(*) FILTER (WHERE state = 'failed'),
+	count(*) FILTER (WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s)
+FROM %[1]s WHERE created_at >= $1`, table, unresolved),
 	}
 }
 

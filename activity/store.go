@@ -123,7 +123,10 @@ func (c *Config) WithDefaults() Config {
 	return out
 }
 
-func (c *Config) validate() error {
+// Validate reports the first invalid setting of c, once defaults are applied (WithDefaults):
+// NewStore refuses a Config that Validate refuses, so a worker can check its configuration
+// before it connects to anything.
+func (c *Config) Validate() error {
 	switch {
 	case c.Retention < time.Minute:
 		return fmt.Errorf("Config.Retention is %v; it must be at least a minute and should exceed the workflows' retry and reset horizon", c.Retention)
@@ -158,6 +161,7 @@ type Store struct {
 	// lockTimeout and statementTimeout are the settings' values in milliseconds, as
 	// set_config takes them.
 	lockTimeout, statementTimeout string
+	registered                    registrations
 }
 
 // NewStore returns a Store on db. It does not touch the database: call Migrate (or apply
@@ -168,7 +172,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, errors.New("activity.NewStore: db is nil; pass a *pgxpool.Pool")
 	}
 	c := cfg.WithDefaults()
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("activity.NewStore: %w", err)
 	}
 	s := &Store{

@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -66,36 +65,31 @@ func (p *provider) counts() (calls, charges int) {
 	return p.calls, len(p.charges)
 }
 
-// headers is what keys.Interceptor writes on the workflow side, for activity-only tests.
-func headers(t *testing.T, values map[string]string) *commonpb.Header {
-	t.Helper()
-	h := &commonpb.Header{Fields: map[string]*commonpb.Payload{}}
-	for k, v := range values {
-		p, err := converter.GetDefaultDataConverter().ToPayload(v)
-		require.NoError(t, err)
-		h.Fields[k] = p
-	}
-	return h
+// newActivityEnv is a TestActivityEnvironment with the interceptor installed, whose activities
+// are given the intent operation/id (keys.Given): a test activity environment has no workflow to
+// decide it.
+func newActivityEnv(operation, id string) *testsuite.TestActivityEnvironment {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.SetWorkerOptions(worker.Options{
+		Interceptors:              []interceptor.WorkerInterceptor{activity.NewInterceptor()},
+		BackgroundActivityContext: keys.Given(context.Background(), operation, id),
+	})
+	return env
 }
 
-func TestInterceptorCrashBeforeReport(t *testing.T) {
+func TestRegisteredActivityCrashBeforeReport(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
 	p := newProvider()
-	icpt := activity.NewInterceptor(s, activity.InterceptorConfig{
-		Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}},
-	})
-	execute := func() *commonpb.Payload {
-		var suite testsuite.WorkflowTestSuite
-		env := suite.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{icpt}})
-		env.SetHeader(headers(t, map[string]string{keys.HeaderOriginalRunID: "run-1", keys.HeaderStep: "charge#1"}))
-		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+	execute := func() Charge {
+		env := newActivityEnv("charge", "order-1")
+		require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
 		val, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
 		require.NoError(t, err)
-		var raw converter.RawValue
-		require.NoError(t, val.Get(&raw))
-		return raw.Payload()
+		var c Charge
+		require.NoError(t, val.Get(&c))
+		return c
 	}
 
 	first := execute() // completed, recorded; then the worker dies before Temporal hears of it
@@ -103,39 +97,49 @@ func TestInterceptorCrashBeforeReport(t *testing.T) {
 	calls, charges := p.counts()
 	require.Equal(t, 1, calls, "the provider was called again")
 	require.Equal(t, 1, charges)
-	require.True(t, proto.Equal(first, again), "the replayed result is not the recorded payload")
-	require.Equal(t, first.GetData(), again.GetData())
-	require.Equal(t, first.GetMetadata(), again.GetMetadata())
+	require.Equal(t, first, again, "the replay is not the recorded result")
 	require.Equal(t, 1, countReceipts(t, schema))
 }
 
-func TestStandaloneActivityWithoutExplicitKeyIsRefused(t *testing.T) {
+// TestRegisterRefusesMisuse: what a newcomer may do by mistake is refused at start-up, or before
+// anything is written, never run without receipts.
+func TestRegisterRefusesMisuse(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
 	p := newProvider()
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.SetExecuteActivitiesInWorkflow(false)
-	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, nil), sdkactivity.RegisterOptions{Name: "Charge"})
-	_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
-	appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
-	require.Contains(t, appErr.Error(), "explicit key")
+	env := newActivityEnv("charge", "order-1")
+	require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
+	require.ErrorContains(t, activity.Register(env, s, "Charge", p.charge, activity.Options{}), "already registered")
+	require.ErrorContains(t, activity.Register(env, s, "", p.charge, activity.Options{}), "empty")
+	require.ErrorContains(t, activity.Register(env, s, "Bad\x00Name", p.charge, activity.Options{}), "control character")
+	require.ErrorContains(t, activity.Register(env, s, "Negative", p.charge, activity.Options{DownstreamSettleTime: -time.Second}), "negative")
+	require.ErrorContains(t, activity.Register[ChargeRequest, Charge](env, s, "Nil", nil, activity.Options{}), "nil")
+	require.ErrorContains(t, activity.RegisterTx[ChargeRequest, Charge](env, s, "NilTx", nil, activity.Options{}), "nil")
+	var nilStore *activity.Store
+	require.ErrorContains(t, activity.Register(env, nilStore, "NilStore", p.charge, activity.Options{}), "Store is nil")
+	// The same name on another worker is fine: each worker registers its own activities.
+	require.NoError(t, activity.Register(newActivityEnv("charge", "order-1"), s, "Charge", p.charge, activity.Options{}))
+
+	t.Run("WithoutTheInterceptor", func(t *testing.T) {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: keys.Given(context.Background(), "charge", "order-1")})
+		require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
+		_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+	})
+	t.Run("NoKeyGiven", func(t *testing.T) {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+		require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
+		_, err := env.ExecuteActivity("Charge", ChargeRequest{Order: "order-1", Amount: 100})
+		appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInvalidKey, false)
+		require.Contains(t, appErr.Error(), "keys.Given")
+	})
 	calls, _ := p.counts()
 	require.Equal(t, 0, calls)
 	require.Equal(t, 0, countReceipts(t, schema))
-
-	// With the run scope it is keyed by its own activity run ID, never by "".
-	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
-		sdkactivity.RegisterOptions{Name: "ChargeRun"})
-	v, err := env.ExecuteActivity("ChargeRun", ChargeRequest{Order: "order-1", Amount: 100})
-	require.NoError(t, err)
-	var got Charge
-	require.NoError(t, v.Get(&got))
-	require.Equal(t, 100, got.Amount, "Wrap returned something else than the function's result")
-	require.NotEmpty(t, got.Token)
-	var id string
-	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT id FROM "+schema+".receipts").Scan(&id))
-	require.Regexp(t, `^activity:.+/.+$`, id)
 }
 
 // Workflows for the TestWorkflowEnvironment tests.
@@ -165,12 +169,10 @@ func chargeThreeTimesWorkflow(ctx workflow.Context, req ChargeRequest) ([]Charge
 	return out, nil
 }
 
-func newWorkflowEnv(t *testing.T, s *activity.Store, selected map[string]activity.Options) *testsuite.TestWorkflowEnvironment {
+func newWorkflowEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(s, activity.InterceptorConfig{Activities: selected}),
-	}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	env.SetContextPropagators([]workflow.ContextPropagator{keys.TenantPropagator()})
 	env.RegisterWorkflow(chargeWorkflow)
 	env.RegisterWorkflow(chargeThreeTimesWorkflow)
@@ -180,25 +182,29 @@ func newWorkflowEnv(t *testing.T, s *activity.Store, selected map[string]activit
 func TestWorkflowRetriesKeepTheKeyAndToken(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	env := newWorkflowEnv(t)
 	var (
-		mu         sync.Mutex
-		tokens     []keys.Token
-		identities []keys.Identity
+		mu     sync.Mutex
+		tokens []keys.Token
+		key    keys.Key
 	)
 	p := newProvider()
-	env.RegisterActivityWithOptions(func(ctx context.Context, req ChargeRequest) (Charge, error) {
+	require.NoError(t, activity.Register(env, s, "Charge", func(ctx context.Context, req ChargeRequest) (Charge, error) {
 		tok, _ := keys.TokenFrom(ctx)
+		k, err := keys.FromActivity(ctx)
 		mu.Lock()
 		tokens = append(tokens, tok)
-		identities = append(identities, keys.IdentityFromActivity(ctx))
+		key = k
 		attempt := len(tokens)
 		mu.Unlock()
+		if err != nil {
+			return Charge{}, err
+		}
 		if attempt < 3 {
 			return Charge{}, errors.New("provider answered 502")
 		}
 		return p.charge(ctx, req)
-	}, sdkactivity.RegisterOptions{Name: "Charge"})
+	}, activity.Options{DownstreamDeduplicates: true}))
 
 	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
 	require.True(t, env.IsWorkflowCompleted())
@@ -210,22 +216,20 @@ func TestWorkflowRetriesKeepTheKeyAndToken(t *testing.T) {
 	require.Equal(t, tokens[0], tokens[1])
 	require.Equal(t, tokens[0], tokens[2])
 	require.Equal(t, tokens[0].String(), c.Token)
-	// The workflow-side interceptor carried the identity: the run's OriginalRunID (the test
-	// environment's run ID) and the named step with its occurrence.
-	require.Equal(t, "charge#1", identities[0].Step)
-	require.NotEmpty(t, identities[0].OriginalRunID)
+	// The workflow decided the key: the named step, its first occurrence, in this run's epoch.
+	require.Equal(t, "charge", key.Operation)
+	require.Regexp(t, `^wf:default-test-workflow-id/[^/]+/charge#1$`, key.ID)
 	require.Equal(t, 1, countReceipts(t, schema))
-	_, fence := receiptState(t, schema, keys.Key{Namespace: identities[0].Namespace, Operation: "Charge",
-		ID: "wf:" + identities[0].WorkflowID + "/" + identities[0].OriginalRunID + "/charge#1"})
+	_, fence := receiptState(t, schema, key)
 	require.Equal(t, int64(3), fence, "each retry takes over the released receipt")
 }
 
 func TestWorkflowLoopGetsAKeyPerOccurrence(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
+	env := newWorkflowEnv(t)
 	p := newProvider()
-	env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
+	require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
 	env.ExecuteWorkflow(chargeThreeTimesWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
 	require.NoError(t, env.GetWorkflowError())
 	var out []Charge
@@ -244,9 +248,9 @@ func TestWorkflowTenantsGetTheirOwnReceipts(t *testing.T) {
 	p := newProvider()
 	results := map[string]Charge{}
 	for _, tenant := range []string{"tenant-a", "tenant-b"} {
-		env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
-		env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
-		env.SetHeader(headers(t, map[string]string{keys.HeaderTenant: tenant}))
+		env := newWorkflowEnv(t)
+		require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
+		env.SetHeader(tenantHeader(t, tenant))
 		// Same workflow ID, same run, same activity: only the tenant differs.
 		env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
 		require.NoError(t, env.GetWorkflowError())
@@ -272,9 +276,9 @@ func TestWorkflowMalformedTenantIsRefusedBeforeAnyWrite(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
 	p := newProvider()
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
-	env.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Charge"})
-	env.SetHeader(headers(t, map[string]string{keys.HeaderTenant: "acme\x00evil"}))
+	env := newWorkflowEnv(t)
+	require.NoError(t, activity.Register(env, s, "Charge", p.charge, activity.Options{DownstreamDeduplicates: true}))
+	env.SetHeader(tenantHeaderUnchecked(t, "acme\x00evil"))
 	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
 	// The propagator refuses to carry it to the activity, so the workflow fails scheduling it.
 	require.ErrorContains(t, env.GetWorkflowError(), "invalid idempotency key: tenant has control character")
@@ -283,28 +287,14 @@ func TestWorkflowMalformedTenantIsRefusedBeforeAnyWrite(t *testing.T) {
 	require.Equal(t, 0, countReceipts(t, schema))
 }
 
-func TestWrapUnderTheInterceptorIsNotReservedTwice(t *testing.T) {
-	t.Parallel()
-	s, schema := setup(t, nil)
-	p := newProvider()
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}})
-	env.RegisterActivityWithOptions(activity.Wrap(s, p.charge, &activity.Options{DownstreamDeduplicates: true}),
-		sdkactivity.RegisterOptions{Name: "Charge"})
-	env.ExecuteWorkflow(chargeWorkflow, ChargeRequest{Order: "order-1", Amount: 100})
-	require.NoError(t, env.GetWorkflowError())
-	calls, _ := p.counts()
-	require.Equal(t, 1, calls)
-	require.Equal(t, 1, countReceipts(t, schema))
-}
-
 func TestHeartbeatsExtendTheLease(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Slow": {DownstreamDeduplicates: true}})
+	env := newWorkflowEnv(t)
 	env.SetTestTimeout(30 * time.Second)
 	db := pgtest.Pool(t) // here: the activity runs on the SDK's goroutine, where t must not fail
 	var leaseLeft time.Duration
-	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+	require.NoError(t, activity.Register(env, s, "Slow", func(ctx context.Context, _ struct{}) (struct{}, error) {
 		// Heartbeat for three heartbeat timeouts: without extension the lease would have ended.
 		for range 15 {
 			sdkactivity.RecordHeartbeat(ctx)
@@ -313,11 +303,11 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 		var us int64
 		err := db.QueryRow(ctx, "SELECT (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint FROM "+schema+".receipts").Scan(&us)
 		leaseLeft = time.Duration(us) * time.Microsecond
-		return err
-	}, sdkactivity.RegisterOptions{Name: "Slow"})
+		return struct{}{}, err
+	}, activity.Options{DownstreamDeduplicates: true}))
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: time.Second})
-		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)
+		return workflow.ExecuteActivity(ctx, "Slow", struct{}{}).Get(ctx, nil)
 	}, workflow.RegisterOptions{Name: "SlowWorkflow"})
 	env.ExecuteWorkflow("SlowWorkflow")
 	require.NoError(t, env.GetWorkflowError())
@@ -329,16 +319,14 @@ func TestHeartbeatsExtendTheLease(t *testing.T) {
 func TestLeaseWithoutAHeartbeatTimeoutLastsToTheDeadline(t *testing.T) {
 	t.Parallel()
 	s, schema := setup(t, nil)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
+	env := newActivityEnv("lease", "order-1")
 	db := pgtest.Pool(t) // here: the activity may run on another goroutine, where t must not fail
 	leaseLeft := func(ctx context.Context, _ int) (float64, error) {
 		var left float64
 		err := db.QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - now()) FROM "+schema+".receipts").Scan(&left)
 		return left, err
 	}
-	env.RegisterActivityWithOptions(activity.Wrap(s, leaseLeft, &activity.Options{Keys: keys.Options{Scope: keys.ScopeRun}}),
-		sdkactivity.RegisterOptions{Name: "LeaseLeft"})
+	require.NoError(t, activity.Register(env, s, "LeaseLeft", leaseLeft, activity.Options{}))
 	v, err := env.ExecuteActivity("LeaseLeft", 1)
 	require.NoError(t, err)
 	var left float64
@@ -355,8 +343,8 @@ func TestHeartbeatsAreThrottled(t *testing.T) {
 	s, err := activity.NewStore(pgtest.CountingPool(t, &trips), &activity.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(context.Background()))
-	env := newWorkflowEnv(t, s, map[string]activity.Options{"Beat": {DownstreamDeduplicates: true}})
-	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+	env := newWorkflowEnv(t)
+	require.NoError(t, activity.Register(env, s, "Beat", func(ctx context.Context, _ struct{}) (struct{}, error) {
 		beat := func() {
 			for range 100 {
 				sdkactivity.RecordHeartbeat(ctx)
@@ -365,11 +353,11 @@ func TestHeartbeatsAreThrottled(t *testing.T) {
 		beat()
 		time.Sleep(2 * time.Second) // past a third of the lease: the next beat extends it
 		beat()
-		return nil
-	}, sdkactivity.RegisterOptions{Name: "Beat"})
+		return struct{}{}, nil
+	}, activity.Options{DownstreamDeduplicates: true}))
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Hour, HeartbeatTimeout: 5 * time.Second})
-		return workflow.ExecuteActivity(ctx, "Beat").Get(ctx, nil)
+		return workflow.ExecuteActivity(ctx, "Beat", struct{}{}).Get(ctx, nil)
 	}, workflow.RegisterOptions{Name: "BeatWorkflow"})
 	trips.Reset()
 	env.ExecuteWorkflow("BeatWorkflow")
@@ -378,4 +366,25 @@ func TestHeartbeatsAreThrottled(t *testing.T) {
 	// may see the second hundred beats span more than one third, never a hundred.
 	require.Less(t, trips.RoundTrips(), int64(10), "heartbeats wrote the receipt on every beat")
 	require.Greater(t, trips.RoundTrips(), int64(2), "no heartbeat extended the lease")
+}
+
+// headerMap writes a context propagator's headers into a Temporal header.
+type headerMap map[string]*commonpb.Payload
+
+func (h headerMap) Set(name string, p *commonpb.Payload) { h[name] = p }
+
+// tenantHeader is the header a client with the tenant propagator writes for tenant.
+func tenantHeader(t *testing.T, tenant string) *commonpb.Header {
+	t.Helper()
+	h := headerMap{}
+	require.NoError(t, keys.TenantPropagator().Inject(keys.WithTenant(context.Background(), tenant), h))
+	return &commonpb.Header{Fields: h}
+}
+
+// tenantHeaderUnchecked writes a tenant header as a client without the propagator's check would.
+func tenantHeaderUnchecked(t *testing.T, tenant string) *commonpb.Header {
+	t.Helper()
+	p, err := converter.GetDefaultDataConverter().ToPayload(tenant)
+	require.NoError(t, err)
+	return &commonpb.Header{Fields: map[string]*commonpb.Payload{"tempotent-tenant": p}}
 }

@@ -128,7 +128,7 @@ func TestDoTxDuplicateDoesNotBlockOnAStalledAttempt(t *testing.T) {
 	t.Cleanup(resume) // before the schema is dropped, which would wait for the stalled transaction
 	firstDone := make(chan error, 1)
 	go func() {
-		_, err := activity.DoTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 			n, err := reserve(schema, 1)(ctx, tx) // holds the stock row's lock
 			close(stalled)
 			<-resumed // a worker paused with its transaction open
@@ -139,7 +139,7 @@ func TestDoTxDuplicateDoesNotBlockOnAStalledAttempt(t *testing.T) {
 	<-stalled
 	dup := make(chan error, 1)
 	go func() {
-		_, err := activity.DoTx(ctx, s, c, reserve(schema, 1))
+		_, err := activity.DoInNewTx(ctx, s, c, reserve(schema, 1))
 		dup <- err
 	}()
 	select {

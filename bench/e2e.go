@@ -12,13 +12,13 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
-	"github.com/tempotent/tempotent/worker/setup"
+	tworker "github.com/tempotent/tempotent/worker"
 )
 
 // temporalRun is a Temporal dev server with two workers running the same workflow: one with
 // tempotent's interceptor applying a receipt to every activity, one bare.
 type temporalRun struct {
-	env *setup.Env
+	env *tworker.Env
 }
 
 const (
@@ -27,9 +27,9 @@ const (
 )
 
 func startTemporal(ctx context.Context, url, cli string, d *downstream) *temporalRun {
-	env, err := setup.Start(ctx, setup.Config{
+	env, err := tworker.Start(ctx, tworker.Config{
 		DatabaseURL: url,
-		Schema:      schema + "_e2e",
+		Receipts:    activity.Config{Schema: schema + "_e2e"},
 		Migrate:     true,
 		TaskQueue:   wrappedQueue,
 		TemporalCLI: cli,
@@ -41,7 +41,7 @@ func startTemporal(ctx context.Context, url, cli string, d *downstream) *tempora
 	steps := func(ctx workflow.Context, n int) (int, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
 		for range n {
-			if err := workflow.ExecuteActivity(ctx, "Charge").Get(ctx, nil); err != nil {
+			if err := workflow.ExecuteActivity(ctx, "Charge", struct{}{}).Get(ctx, nil); err != nil {
 				return 0, err
 			}
 		}
@@ -49,7 +49,7 @@ func startTemporal(ctx context.Context, url, cli string, d *downstream) *tempora
 	}
 	// The activity's idempotency key: the receipt's token when tempotent wraps it, else the
 	// activity's own identity, which is what a bare activity would send.
-	chargeActivity := func(ctx context.Context) (charge, error) {
+	chargeActivity := func(ctx context.Context, _ struct{}) (charge, error) {
 		key := ""
 		if token, ok := keys.TokenFrom(ctx); ok {
 			key = string(token)
@@ -59,11 +59,14 @@ func startTemporal(ctx context.Context, url, cli string, d *downstream) *tempora
 		}
 		return d.charge(ctx, key, 0)
 	}
-	wrapped := env.NewWorker(activity.InterceptorConfig{Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}}})
+	wrapped := env.NewWorker()
+	if err := activity.Register(wrapped, env.Store, "Charge", chargeActivity, activity.Options{DownstreamDeduplicates: true}); err != nil {
+		fatalf("register: %v", err)
+	}
 	bare := worker.New(env.Client, bareQueue, worker.Options{})
+	bare.RegisterActivityWithOptions(chargeActivity, sdkactivity.RegisterOptions{Name: "Charge"})
 	for _, w := range []worker.Worker{wrapped, bare} {
 		w.RegisterWorkflowWithOptions(steps, workflow.RegisterOptions{Name: "Steps"})
-		w.RegisterActivityWithOptions(chargeActivity, sdkactivity.RegisterOptions{Name: "Charge"})
 		if err := w.Start(); err != nil {
 			fatalf("start worker: %v", err)
 		}

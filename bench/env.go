@@ -245,7 +245,7 @@ func bareTx(p *pgxpool.Pool) op {
 
 func doTx(s *activity.Store) op {
 	return func(ctx context.Context) error {
-		_, err := activity.DoTx(ctx, s, call(next("tx-")), business)
+		_, err := activity.DoInNewTx(ctx, s, call(next("tx-")), business)
 		return err
 	}
 }

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/dbos-inc/dbos-transact-golang v1.8.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/tempotent/tempotent v0.0.0
+	github.com/tempotent/tempotent v1.0.0
 	go.temporal.io/sdk v1.51.0
 )
 
@@ -39,4 +39,3 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 )
 
-replace github.com/tempotent/tempotent => ../

@@ -12,17 +12,21 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/internal/errtype"
 )
 
 // Temporal application error types of the errors Classify returns.
 const (
-	ErrTypeNetwork     = "tempotent.DownstreamNetwork"     // retryable, same key
-	ErrTypeUnavailable = "tempotent.DownstreamUnavailable" // 5xx: retryable, same key
-	ErrTypeRateLimited = "tempotent.DownstreamRateLimited" // 429: retryable after Retry-After
-	ErrTypeInFlight    = "tempotent.DownstreamInFlight"    // 409 same key in flight: retryable
-	ErrTypeMismatch    = "tempotent.PayloadMismatch"       // key reused with another payload: non-retryable
-	ErrTypeRejected    = "tempotent.DownstreamRejected"    // other 4xx (a declined card): non-retryable
-	ErrTypeNoKey       = "tempotent.DownstreamNoKey"       // an unsafe request without a key: non-retryable
+	ErrTypeNetwork     = errtype.DownstreamNetwork     // retryable, same key
+	ErrTypeUnavailable = errtype.DownstreamUnavailable // 5xx: retryable, same key
+	ErrTypeRateLimited = errtype.DownstreamRateLimited // 429: retryable after Retry-After
+	ErrTypeInFlight    = errtype.DownstreamInFlight    // 409 same key in flight: retryable
+	// ErrTypeMismatch: the key was reused with another payload; non-retryable. It is the
+	// activity package's ErrTypePayloadMismatch, whichever side found the mismatch.
+	ErrTypeMismatch = errtype.PayloadMismatch
+	ErrTypeRejected = errtype.DownstreamRejected // other 4xx (a declined card): non-retryable
+	ErrTypeNoKey    = errtype.DownstreamNoKey    // an unsafe request without a key: non-retryable
 )
 
 // Kind is how an outcome is handled.

@@ -66,7 +66,7 @@ func run(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", temporalBin)
 	}
 	workerBin, fakepayBin = filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
-	for out, pkg := range map[string]string{workerBin: "../worker", fakepayBin: "../downstream/fakepay/cmd/fakepay"} {
+	for out, pkg := range map[string]string{workerBin: "../samples/payment/cmd/worker", fakepayBin: "../downstream/fakepay/cmd/fakepay"} {
 		// The tag compiles in the failpoints that the tests arm through failpoint.EnvVar;
 		// without it the worker would run straight past them.
 		if msg, err := exec.Command("go", "build", "-tags", failpoint.Tag, "-o", out, pkg).CombinedOutput(); err != nil {

@@ -1,32 +1,26 @@
 package keys_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tempotent/tempotent/keys"
 )
 
-func ExampleDerive() {
-	// What an activity sees on its first attempt, and after the workflow was reset.
-	first := keys.Identity{
-		Namespace: "default", Tenant: "acme", WorkflowID: "order-123",
-		RunID: "run-1", OriginalRunID: "run-1", ActivityID: "5", ActivityType: "Charge", Step: "charge#1",
+func ExampleExplicit() {
+	// A key for code that runs receipts outside Temporal, such as a Nexus operation handler
+	// keyed by its request ID.
+	k, err := keys.Explicit("default", "acme", "charge", "nexus-request-7f3a")
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	afterReset := first
-	afterReset.RunID = "run-2" // Reset starts a new run; OriginalRunID stays
-
-	k1, _ := keys.Derive(first, keys.Options{})
-	k2, _ := keys.Derive(afterReset, keys.Options{})
-	fmt.Println(k1.ID)
-	fmt.Println(k1 == k2)
-
-	r1, _ := keys.Derive(first, keys.Options{Scope: keys.ScopeRun})
-	r2, _ := keys.Derive(afterReset, keys.Options{Scope: keys.ScopeRun})
-	fmt.Println(r1 == r2)
+	fmt.Println(k.ID)
+	_, err = keys.Explicit("default", "acme", "charge", "")
+	fmt.Println(errors.Is(err, keys.ErrInvalidKey))
 	// Output:
-	// wf:order-123/run-1/charge#1
+	// explicit:nexus-request-7f3a
 	// true
-	// false
 }
 
 func ExampleKey_Token() {

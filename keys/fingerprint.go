@@ -29,7 +29,7 @@ import (
 // now) changes no accepted form and keeps the version.
 const FingerprintVersion = 1
 
-// ErrNotCanonicalizable is matched by errors from Canonicalize and the Fingerprint functions when
+// ErrNotCanonicalizable is matched by errors from canonicalize and the Fingerprint functions when
 // the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, an object
 // with a repeated member name, a string or member name with an unpaired surrogate escape (such
 // as "\ud800"), or a number whose exponent is beyond the int32 range (written or canonical).
@@ -53,7 +53,7 @@ func (f Fingerprint) String() string {
 // whitespace do not matter, numbers compare by value ("1", "1.0" and "1e0" are the same request),
 // and strings compare byte for byte after JSON unescaping (no Unicode normalisation).
 func FingerprintJSON(raw []byte) (Fingerprint, error) {
-	canon, err := Canonicalize(raw)
+	canon, err := canonicalize(raw)
 	if err != nil {
 		return Fingerprint{}, err
 	}
@@ -72,13 +72,13 @@ func FingerprintOf(v any) (Fingerprint, error) {
 	return FingerprintJSON(raw)
 }
 
-// Canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
+// canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
 // members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
 // re-encoded without HTML escaping, and numbers in the exact decimal form described at
 // canonicalNumber. It refuses what JSON decoders resolve differently or lossily, instead of
 // guessing: invalid UTF-8, repeated member names, unpaired surrogate escapes (see
 // checkSurrogateEscapes) and numbers with exponents it cannot represent exactly.
-func Canonicalize(raw []byte) ([]byte, error) {
+func canonicalize(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, fmt.Errorf("canonicalize: %w: invalid UTF-8", ErrNotCanonicalizable)
 	}

@@ -1,4 +1,4 @@
-package keys_test
+package keys
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tempotent/tempotent/keys"
 )
 
 func TestCanonicalize(t *testing.T) {
@@ -30,13 +29,13 @@ func TestCanonicalize(t *testing.T) {
 		{`"\u00e9"`, `"é"`},
 		{`{"é":1,"e":2,"z":3}`, `{"e":2,"z":3,"é":1}`},
 	} {
-		got, err := keys.Canonicalize([]byte(tc.in))
+		got, err := canonicalize([]byte(tc.in))
 		require.NoError(t, err, tc.in)
 		require.Equal(t, tc.want, string(got), tc.in)
 	}
 	for _, bad := range []string{`{"a":1,"a":2}`, "\"\xff\"", `{"a":`, `1 2`, ``} {
-		_, err := keys.Canonicalize([]byte(bad))
-		require.ErrorIs(t, err, keys.ErrNotCanonicalizable, bad)
+		_, err := canonicalize([]byte(bad))
+		require.ErrorIs(t, err, ErrNotCanonicalizable, bad)
 	}
 }
 
@@ -64,14 +63,14 @@ func TestCanonicalizeExponentBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := keys.Canonicalize([]byte(tc.in))
+			got, err := canonicalize([]byte(tc.in))
 			if tc.want == "" {
-				require.ErrorIs(t, err, keys.ErrNotCanonicalizable, "accepted as %s", got)
+				require.ErrorIs(t, err, ErrNotCanonicalizable, "accepted as %s", got)
 				return
 			}
 			require.NoError(t, err)
 			require.Equal(t, tc.want, string(got))
-			again, err := keys.Canonicalize(got)
+			again, err := canonicalize(got)
 			require.NoError(t, err, "the canonical form is refused")
 			require.Equal(t, string(got), string(again))
 		})
@@ -87,10 +86,10 @@ func TestCanonicalNumbersDistinct(t *testing.T) {
 		{`-25e2147483645`, `-2.5e2147483646`, `-0.25e2147483647`},
 		{`0`, `-0`, `0.000`, `0e5`, `-0e-5`},
 	} {
-		want, err := keys.Canonicalize([]byte(same[0]))
+		want, err := canonicalize([]byte(same[0]))
 		require.NoError(t, err)
 		for _, s := range same[1:] {
-			got, err := keys.Canonicalize([]byte(s))
+			got, err := canonicalize([]byte(s))
 			require.NoError(t, err, s)
 			require.Equal(t, string(want), string(got), "%s and %s", same[0], s)
 		}
@@ -102,9 +101,9 @@ func TestCanonicalNumbersDistinct(t *testing.T) {
 		`12345678901234567890124`, `1.5e-9223372036854775808`, `15e9223372036854775807`,
 		`1e9223372036854775807`, `1e-9223372036854775808`,
 	} {
-		got, err := keys.Canonicalize([]byte(n))
+		got, err := canonicalize([]byte(n))
 		if err != nil {
-			require.ErrorIs(t, err, keys.ErrNotCanonicalizable, n)
+			require.ErrorIs(t, err, ErrNotCanonicalizable, n)
 			continue
 		}
 		other, dup := seen[string(got)]
@@ -142,9 +141,9 @@ func TestCanonicalizeSurrogateEscapes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := keys.Canonicalize([]byte(tc.in))
+			got, err := canonicalize([]byte(tc.in))
 			if tc.want == "" {
-				require.ErrorIs(t, err, keys.ErrNotCanonicalizable, "accepted as %s", got)
+				require.ErrorIs(t, err, ErrNotCanonicalizable, "accepted as %s", got)
 				return
 			}
 			require.NoError(t, err)
@@ -152,30 +151,30 @@ func TestCanonicalizeSurrogateEscapes(t *testing.T) {
 		})
 	}
 	// The three spellings that encoding/json decodes alike: only the legal one is accepted.
-	a, err := keys.FingerprintJSON([]byte(`{"name":"\ufffd"}`))
+	a, err := FingerprintJSON([]byte(`{"name":"\ufffd"}`))
 	require.NoError(t, err)
-	b, err := keys.FingerprintJSON([]byte("{\"name\":\"\uFFFD\"}"))
+	b, err := FingerprintJSON([]byte("{\"name\":\"\uFFFD\"}"))
 	require.NoError(t, err)
 	require.Equal(t, a, b, "the escape and the literal U+FFFD are one string")
 	for _, lone := range []string{`{"name":"\ud800"}`, `{"name":"\udfff"}`} {
-		_, err := keys.FingerprintJSON([]byte(lone))
-		require.ErrorIs(t, err, keys.ErrNotCanonicalizable, lone)
+		_, err := FingerprintJSON([]byte(lone))
+		require.ErrorIs(t, err, ErrNotCanonicalizable, lone)
 	}
-	escaped, err := keys.FingerprintJSON([]byte(`{"name":"\ud83d\ude00"}`))
+	escaped, err := FingerprintJSON([]byte(`{"name":"\ud83d\ude00"}`))
 	require.NoError(t, err)
-	literal, err := keys.FingerprintJSON([]byte(`{"name":"😀"}`))
+	literal, err := FingerprintJSON([]byte(`{"name":"😀"}`))
 	require.NoError(t, err)
 	require.Equal(t, literal, escaped, "a paired escape is the character it spells")
 }
 
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
-	a, err := keys.FingerprintJSON([]byte(`{"amount":100,"currency":"eur","meta":{"a":1,"b":2}}`))
+	a, err := FingerprintJSON([]byte(`{"amount":100,"currency":"eur","meta":{"a":1,"b":2}}`))
 	require.NoError(t, err)
-	b, err := keys.FingerprintJSON([]byte(`{"meta":{"b":2,"a":1.0},"currency":"eur","amount":1e2}`))
+	b, err := FingerprintJSON([]byte(`{"meta":{"b":2,"a":1.0},"currency":"eur","amount":1e2}`))
 	require.NoError(t, err)
 	require.Equal(t, a, b, "reordered keys and another spelling of the same number are the same request")
-	require.Equal(t, int16(keys.FingerprintVersion), a.Version)
+	require.Equal(t, int16(FingerprintVersion), a.Version)
 
 	for _, other := range []string{
 		`{"amount":101,"currency":"eur","meta":{"a":1,"b":2}}`,
@@ -184,27 +183,27 @@ func TestFingerprint(t *testing.T) {
 		`{"amount":"100","currency":"eur","meta":{"a":1,"b":2}}`,
 		`{"amount":100,"currency":"eur","meta":{"a":1,"b":2},"x":null}`,
 	} {
-		c, err := keys.FingerprintJSON([]byte(other))
+		c, err := FingerprintJSON([]byte(other))
 		require.NoError(t, err)
 		require.NotEqual(t, a, c, other)
 	}
 	// No Unicode normalisation: NFC and NFD spellings are different requests.
-	nfc, _ := keys.FingerprintOf(map[string]string{"name": "café"})
-	nfd, _ := keys.FingerprintOf(map[string]string{"name": "cafe\u0301"})
+	nfc, _ := FingerprintOf(map[string]string{"name": "café"})
+	nfd, _ := FingerprintOf(map[string]string{"name": "cafe\u0301"})
 	require.NotEqual(t, nfc, nfd)
 
 	type order struct {
 		Amount   int    `json:"amount"`
 		Currency string `json:"currency"`
 	}
-	s, err := keys.FingerprintOf(order{Amount: 100, Currency: "eur"})
+	s, err := FingerprintOf(order{Amount: 100, Currency: "eur"})
 	require.NoError(t, err)
-	j, err := keys.FingerprintJSON([]byte(`{"currency":"eur","amount":100}`))
+	j, err := FingerprintJSON([]byte(`{"currency":"eur","amount":100}`))
 	require.NoError(t, err)
 	require.Equal(t, s, j)
 
-	_, err = keys.FingerprintOf(make(chan int))
-	require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
+	_, err = FingerprintOf(make(chan int))
+	require.ErrorIs(t, err, ErrNotCanonicalizable)
 }
 
 // FuzzCanonicalize checks the canonical form's two properties on any input it accepts: it is a
@@ -222,18 +221,18 @@ func FuzzCanonicalize(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		canon, err := keys.Canonicalize(raw)
+		canon, err := canonicalize(raw)
 		if err != nil {
-			require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
+			require.ErrorIs(t, err, ErrNotCanonicalizable)
 			return
 		}
-		again, err := keys.Canonicalize(canon)
+		again, err := canonicalize(canon)
 		require.NoError(t, err, "canonical form %q does not canonicalise", canon)
 		require.Equal(t, string(canon), string(again), "not idempotent: %q", raw)
 
 		var indented bytes.Buffer
 		require.NoError(t, json.Indent(&indented, raw, "", "  "), "accepted %q, which is not JSON", raw)
-		fromIndented, err := keys.Canonicalize(indented.Bytes())
+		fromIndented, err := canonicalize(indented.Bytes())
 		require.NoError(t, err)
 		require.Equal(t, string(canon), string(fromIndented), "the indented %q has another form", raw)
 	})
@@ -283,9 +282,9 @@ func FuzzCanonicalNumber(f *testing.F) {
 			}
 		}
 		for _, spelling := range []string{plain, moved} {
-			got, err := keys.Canonicalize([]byte(spelling))
+			got, err := canonicalize([]byte(spelling))
 			if err != nil {
-				require.ErrorIs(t, err, keys.ErrNotCanonicalizable)
+				require.ErrorIs(t, err, ErrNotCanonicalizable)
 				continue
 			}
 			require.Equal(t, want, string(got), "the canonical form of %s", spelling)

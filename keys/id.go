@@ -15,10 +15,11 @@ import (
 // that ordinary IDs read as they were given. The workflow scope's last part is the step name,
 // escaped, then '#' and its occurrence, which needs no escaping.
 //
-//	wf:<workflow ID>/<OriginalRunID>/<step>#<n>    ScopeWorkflow (WithStep, StepKey)
-//	run:<workflow ID>/<run ID>/<activity ID>       ScopeRun
-//	activity:<activity ID>/<activity run ID>       ScopeRun, standalone activity
-//	explicit:<id>                                  ScopeExplicit (WithID, Options.ID, ExplicitKey)
+//	wf:<workflow ID>/<epoch>/<step>#<n>            workflow scope, the default (see epoch.go)
+//	run:<workflow ID>/<run ID>/<step>#<n>          run scope (WithRunScope)
+//	upd:<workflow ID>/<update ID>/<step>#<n>       update scope (activities of an update handler)
+//	activity:<activity ID>/<activity run ID>       a standalone activity (no workflow)
+//	explicit:<id>                                  explicit business key (WithID, Given, Explicit)
 //	comp:<forward operation>/<forward token>       Key.Compensation, WithCompensation
 //
 // Why no two identities share an ID:
@@ -47,6 +48,7 @@ import (
 const (
 	tagWorkflow     = "wf"
 	tagRun          = "run"
+	tagUpdate       = "upd"
 	tagActivity     = "activity"
 	tagExplicit     = "explicit"
 	tagCompensation = "comp"
@@ -91,15 +93,17 @@ func isDigits(s string) bool {
 	return true
 }
 
-// workflowScopeID is the ScopeWorkflow ID of a step ("name#n"). StepKey on the workflow side and
-// Derive on the activity side (from the headers that Interceptor writes) both call it, so that
-// the two ways of keying a step agree.
-func workflowScopeID(workflowID, originalRunID, step string) string {
-	return shorten(tagWorkflow, joinParts(tagWorkflow, workflowID, originalRunID)+"/"+stepPart(step))
+// workflowScopeID is the workflow-scope ID of a step ("name#n") in a run's epoch.
+func workflowScopeID(workflowID, epoch, step string) string {
+	return shorten(tagWorkflow, joinParts(tagWorkflow, workflowID, epoch)+"/"+stepPart(step))
 }
 
-func runScopeID(workflowID, runID, activityID string) string {
-	return shorten(tagRun, joinParts(tagRun, workflowID, runID, activityID))
+func runScopeID(workflowID, runID, step string) string {
+	return shorten(tagRun, joinParts(tagRun, workflowID, runID)+"/"+stepPart(step))
+}
+
+func updateScopeID(workflowID, updateID, step string) string {
+	return shorten(tagUpdate, joinParts(tagUpdate, workflowID, updateID)+"/"+stepPart(step))
 }
 
 func standaloneScopeID(activityID, activityRunID string) string {

@@ -36,7 +36,7 @@ func (k Key) Validate() error {
 	if err := validatePart("namespace", k.Namespace, MaxNameLen); err != nil {
 		return err
 	}
-	if err := ValidateTenant(k.Tenant); err != nil {
+	if err := validateTenant(k.Tenant); err != nil {
 		return err
 	}
 	if err := validatePart("operation", k.Operation, MaxNameLen); err != nil {

@@ -43,18 +43,18 @@ func validatePart(part, value string, limit int) error {
 	return nil
 }
 
-// ValidateTenant reports whether tenant may be used as a key's tenant. The empty tenant is valid:
+// validateTenant reports whether tenant may be used as a key's tenant. The empty tenant is valid:
 // it means "no tenant scope".
-func ValidateTenant(tenant string) error {
+func validateTenant(tenant string) error {
 	if tenant == "" {
 		return nil
 	}
 	return validatePart("tenant", tenant, MaxNameLen)
 }
 
-// ValidateID reports whether id may be used as an explicit business key (Explicit scope): at
+// validateID reports whether id may be used as an explicit business key (Explicit scope): at
 // most MaxIDLen bytes before its scope tag is added.
-func ValidateID(id string) error { return validatePart("id", id, MaxIDLen) }
+func validateID(id string) error { return validatePart("id", id, MaxIDLen) }
 
-// ValidateStep reports whether name may be used as a step name (see WithStep).
-func ValidateStep(name string) error { return validatePart("step", name, MaxNameLen) }
+// validateStep reports whether name may be used as a step name (see WithStep).
+func validateStep(name string) error { return validatePart("step", name, MaxNameLen) }

@@ -7,69 +7,134 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// StepKey reserves the next occurrence of step in the running workflow and returns its
-// ScopeWorkflow key, with a context that pins that key on the activity scheduled with it. The
-// key's operation is the step name, so it does not change when the activity is renamed; its ID
-// is the ScopeWorkflow ID of workflow ID + OriginalRunID + "step#n"
-// ("wf:order-123/<OriginalRunID>/charge#1"), so it survives Reset and every replay derives the
-// same one. It is the very ID that the activity side derives for the same occurrence of a step
-// scheduled with WithStep: occurrences are counted together with WithStep's, so a name means one
-// step however it is scheduled.
-//
-// It needs Interceptor (or the activity package's interceptor) on the worker that runs the
-// workflow, and returns an error matching ErrNoIdentity without it.
+// Workflow code names the intent of the activities it schedules with these context functions.
+// Every name is optional: an activity scheduled with none of them is the next occurrence of a
+// step named after its activity type, keyed by the workflow scope.
+
+type (
+	stepKey     struct{}
+	idKey       struct{}
+	runScopeKey struct{}
+	pinnedKey   struct{}
+	runKey      struct{}
+	updateKey   struct{}
+)
+
+// WithStep names the step that the activities scheduled with the returned context perform. The
+// step name is the key's operation and, with the occurrence counted in this run, part of its ID:
+// name steps after the business intent ("charge", "reserve-stock") rather than the code, so that
+// renaming an activity or refactoring the workflow keeps its keys. When the same step is
+// scheduled more than once (a loop), each occurrence gets its own key — "charge#1", "charge#2" —
+// in the deterministic order that workflow code schedules them.
+func WithStep(ctx workflow.Context, name string) workflow.Context {
+	return workflow.WithValue(ctx, stepKey{}, name)
+}
+
+// WithID gives the activities scheduled with the returned context an explicit business key, such
+// as "order-123": the same operation (the step name, or the activity type) and ID from any
+// workflow, any run, is the same intent, so a second checkout of order 123 replays the first
+// one's charge. The key's ID is the id tagged "explicit:" so it never equals a derived one; id
+// must be 1 to MaxIDLen bytes of printable UTF-8, or the activity fails to schedule with an
+// *InvalidKeyError.
+func WithID(ctx workflow.Context, id string) workflow.Context {
+	return workflow.WithValue(ctx, idKey{}, id)
+}
+
+// WithRunScope keys the activities scheduled with the returned context by this run alone, as
+// Temporal's documentation advises (run ID and the activity's place in the run): stable across the
+// activity's retries, new after a Reset, a workflow retry or a Continue-As-New. Use it for effects
+// that a reset workflow should perform again.
+func WithRunScope(ctx workflow.Context) workflow.Context {
+	return workflow.WithValue(ctx, runScopeKey{}, true)
+}
+
+// StepKey decides now the key of the next activity scheduled with the returned context — the key
+// it would get from WithStep(ctx, step), honouring WithID, WithRunScope and an update handler's
+// scope on ctx — and returns it, so that workflow code can hold it (the saga package registers
+// compensations under it before the step runs). The activity scheduled with the returned context
+// carries exactly this key.
 func StepKey(ctx workflow.Context, step string) (workflow.Context, Key, error) {
-	if err := ValidateStep(step); err != nil {
+	in, err := decide(WithStep(ctx, step), step)
+	if err == nil && in.Refused != "" {
+		err = fmt.Errorf("step %s: %w: %s", step, ErrNoIdentity, in.Refused)
+	}
+	if err != nil {
 		return ctx, Key{}, err
 	}
-	occurrences, ok := ctx.Value(occurrencesKey{}).(map[string]int)
-	if !ok {
-		return ctx, Key{}, fmt.Errorf("step %s: %w: install keys.Interceptor (or the activity package's interceptor) on the worker that runs this workflow", step, ErrNoIdentity)
-	}
-	occurrences[step]++
-	info := workflow.GetInfo(ctx)
-	origin := info.OriginalRunID
-	if origin == "" {
-		origin = info.WorkflowExecution.RunID // as the interceptor does; see writeHeader
-	}
-	k := Key{
-		Namespace: info.Namespace,
-		Tenant:    TenantFromWorkflow(ctx),
-		Operation: step,
-		ID:        workflowScopeID(info.WorkflowExecution.ID, origin, step+"#"+strconv.Itoa(occurrences[step])),
-	}
+	k := workflowKey(ctx, in)
 	if err := k.Validate(); err != nil {
 		return ctx, Key{}, err
 	}
-	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k}), k, nil
+	return workflow.WithValue(ctx, pinnedKey{}, in), k, nil
 }
 
 // WithCompensation returns forward's compensation key for the compensation named name (see
-// Key.Compensation), with a context that pins it on the activity scheduled with it and carries
-// forward's token and key to it (CompensatesFrom, CompensatedKeyFrom).
+// Key.Compensation), with a context that gives it to the activity scheduled with it, together
+// with forward's key: in the activity, CompensatedKeyFrom returns forward's key and
+// CompensatesFrom its token, so the compensation can find the forward effect at the downstream
+// even when the forward activity's result was never seen.
 func WithCompensation(ctx workflow.Context, forward Key, name string) (workflow.Context, Key, error) {
 	k, err := forward.Compensation(name)
 	if err != nil {
 		return ctx, Key{}, err
 	}
-	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k, forward: &forward}), k, nil
+	in := intent{Operation: k.Operation, ID: k.ID, Compensates: &forwardStep{Operation: forward.Operation, ID: forward.ID}}
+	return workflow.WithValue(ctx, pinnedKey{}, in), k, nil
 }
 
-// ExplicitKey returns the key of a business intent named in workflow code — operation and id,
-// such as "charge" and "order-123" — in the workflow's namespace and tenant, with a context that
-// pins it on the activity scheduled with it (ScopeExplicit, chosen by the workflow). The key's
-// ID is id tagged with its scope, "explicit:order-123", the same as WithID and Options.ID
-// derive. The same operation and id from any workflow is the same intent: a second checkout of
-// order 123 replays the first one's charge. Malformed parts, and an id that ValidateID refuses,
-// are an *InvalidKeyError, before anything is scheduled.
-func ExplicitKey(ctx workflow.Context, operation, id string) (workflow.Context, Key, error) {
-	if err := ValidateID(id); err != nil {
-		return ctx, Key{}, err
+func workflowKey(ctx workflow.Context, in intent) Key {
+	return Key{Namespace: workflow.GetInfo(ctx).Namespace, Tenant: TenantFromWorkflow(ctx), Operation: in.Operation, ID: in.ID}
+}
+
+// decide returns the intent of the next activity of type activityType scheduled with ctx. It
+// counts the step's occurrence, so it is called once per scheduled activity: by the interceptor
+// for each one, unless StepKey or WithCompensation decided it already.
+func decide(ctx workflow.Context, activityType string) (intent, error) {
+	if in, ok := ctx.Value(pinnedKey{}).(intent); ok {
+		return in, nil
+	}
+	run, ok := ctx.Value(runKey{}).(*runState)
+	if !ok {
+		return intent{}, fmt.Errorf("%w: the workflow runs without tempotent's interceptor; install activity.NewInterceptor() (or keys.NewInterceptor()) on the worker that runs the workflow", ErrNoIdentity)
+	}
+	step, _ := ctx.Value(stepKey{}).(string)
+	if step == "" {
+		step = activityType
+	}
+	if err := validateStep(step); err != nil {
+		return intent{}, err
+	}
+	if id, _ := ctx.Value(idKey{}).(string); id != "" {
+		if err := validateID(id); err != nil {
+			return intent{}, err
+		}
+		return intent{Operation: step, ID: explicitScopeID(id)}, nil
 	}
 	info := workflow.GetInfo(ctx)
-	k := Key{Namespace: info.Namespace, Tenant: TenantFromWorkflow(ctx), Operation: operation, ID: explicitScopeID(id)}
-	if err := k.Validate(); err != nil {
-		return ctx, Key{}, err
+	update, _ := ctx.Value(updateKey{}).(string)
+	switch {
+	case ctx.Value(runScopeKey{}) != nil:
+		return intent{Operation: step, ID: runScopeID(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, run.occurrence("run", step))}, nil
+	case update != "":
+		return intent{Operation: step, ID: updateScopeID(info.WorkflowExecution.ID, update, run.occurrence("update/"+update, step))}, nil
 	}
-	return workflow.WithValue(ctx, pinnedKey{}, pinned{key: k}), k, nil
+	if run.epoch.refusal != "" {
+		return intent{Operation: step, Refused: run.epoch.refusal}, nil
+	}
+	return intent{Operation: step, ID: workflowScopeID(info.WorkflowExecution.ID, run.epoch.epoch, run.occurrence("workflow", step))}, nil
+}
+
+// runState is what the interceptor keeps for one workflow execution: its epoch and how many
+// times each step has been scheduled. Every replay rebuilds it identically, because workflow code
+// schedules activities in a deterministic order.
+type runState struct {
+	epoch       epochState
+	occurrences map[string]int
+}
+
+// occurrence counts one more occurrence of step among the counter's, and spells it "step#n".
+func (r *runState) occurrence(counter, step string) string {
+	c := counter + "\x00" + step
+	r.occurrences[c]++
+	return step + "#" + strconv.Itoa(r.occurrences[c])
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -71,24 +70,22 @@ func Example() {
 	env := suite.NewTestWorkflowEnvironment()
 	// Each activity prints its effect. Forward steps would send keys.TokenFrom(ctx) to the
 	// provider; compensations find the forward effect by keys.CompensatesFrom(ctx).
-	effect := func(what string) func(context.Context, Order) error {
-		return func(ctx context.Context, o Order) error {
+	effect := func(what string) func(context.Context, Order) (string, error) {
+		return func(ctx context.Context, o Order) (string, error) {
 			if what == "ship" {
-				return temporal.NewNonRetryableApplicationError("no carrier for this address", "Declined", nil)
+				return "", temporal.NewNonRetryableApplicationError("no carrier for this address", "Declined", nil)
 			}
 			fmt.Println(what, o.ID)
-			return nil
+			return what, nil
 		}
 	}
-	selected := map[string]activity.Options{}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	for name, what := range map[string]string{"Charge": "charge", "Reserve": "reserve", "Ship": "ship",
 		"Refund": "refund", "Release": "release", "CancelShipment": "cancel shipment"} {
-		env.RegisterActivityWithOptions(effect(what), sdkactivity.RegisterOptions{Name: name})
-		selected[name] = activity.Options{DownstreamDeduplicates: true}
+		if err := activity.Register(env, store, name, effect(what), activity.Options{DownstreamDeduplicates: true}); err != nil {
+			panic(err)
+		}
 	}
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(store, activity.InterceptorConfig{Activities: selected}),
-	}})
 	env.ExecuteWorkflow(Payment, Order{ID: "order-1", Amount: 4200})
 
 	var st saga.State

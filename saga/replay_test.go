@@ -31,7 +31,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			replayer, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
-				Interceptors: []interceptor.WorkerInterceptor{&keys.Interceptor{}},
+				Interceptors: []interceptor.WorkerInterceptor{keys.NewInterceptor()},
 			})
 			require.NoError(t, err)
 			replayer.RegisterWorkflow(paymentSaga)

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tempotent/tempotent/internal/errtype"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -30,7 +31,7 @@ const (
 
 // ErrTypeCompensationFailed is the Temporal application error type of the error Compensate
 // returns when a compensation failed for good.
-const ErrTypeCompensationFailed = "tempotent.CompensationFailed"
+const ErrTypeCompensationFailed = errtype.CompensationFailed
 
 // Options configures a Saga. The zero Options (or nil) compensates in reverse order and stops at
 // the first compensation that fails for good.
@@ -263,15 +264,15 @@ func outcomeOf(err error) (Outcome, string) {
 // effectMayHaveHappened lists the non-retryable error types of the activity package after which
 // the forward effect may nevertheless have happened (activity.ErrTypeOutcomeUnknown: an earlier
 // attempt may have had it; activity.ErrTypePayloadTooLarge: the function ran, only its result
-// was too large to record). saga does not import activity; a test checks the names agree.
+// was too large to record).
 var effectMayHaveHappened = map[string]bool{
-	"tempotent.OutcomeUnknown":  true,
-	"tempotent.PayloadTooLarge": true,
+	errtype.OutcomeUnknown:  true,
+	errtype.PayloadTooLarge: true,
 }
 
 func failed(ctx workflow.Context, err error) workflow.Future {
 	f, s := workflow.NewFuture(ctx)
-	s.SetError(temporal.NewNonRetryableApplicationError(err.Error(), "tempotent.SagaStep", err))
+	s.SetError(temporal.NewNonRetryableApplicationError(err.Error(), errtype.SagaStep, err))
 	return f
 }
 

@@ -157,20 +157,12 @@ var activityNames = map[string]string{
 	"Refund": "undo charge", "Release": "undo reserve", "CancelShipment": "undo ship",
 }
 
-func (h *harness) interceptor() interceptor.WorkerInterceptor {
-	selected := map[string]activity.Options{}
-	for name := range activityNames {
-		selected[name] = activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: settleTime}
-	}
-	return activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: selected})
-}
+func (h *harness) interceptor() interceptor.WorkerInterceptor { return activity.NewInterceptor() }
 
 // register registers the saga's activities on a test environment or a worker.
-func (h *harness) register(r interface {
-	RegisterActivityWithOptions(any, sdkactivity.RegisterOptions)
-}) {
+func (h *harness) register(r worker.ActivityRegistry) {
 	for name, kind := range activityNames {
-		r.RegisterActivityWithOptions(func(ctx context.Context, o order) (string, error) {
+		err := activity.Register(r, h.store, name, func(ctx context.Context, o order) (string, error) {
 			if h.fail != nil {
 				if err := h.fail(name, o, sdkactivity.GetInfo(ctx).Attempt); err != nil {
 					return "", err
@@ -188,7 +180,8 @@ func (h *harness) register(r interface {
 				err = ctx.Err()
 			}
 			return out, err
-		}, sdkactivity.RegisterOptions{Name: name})
+		}, activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: settleTime})
+		require.NoError(h.t, err)
 	}
 }
 
@@ -427,13 +420,11 @@ func TestCompensateReturnsTypedError(t *testing.T) {
 	h := newHarness(t)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
-		activity.NewInterceptor(h.store, activity.InterceptorConfig{Activities: map[string]activity.Options{"Undo": {DownstreamDeduplicates: true}}}),
-	}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	env.RegisterActivityWithOptions(func(ctx context.Context) error { return nil }, sdkactivity.RegisterOptions{Name: "Do"})
-	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		return temporal.NewNonRetryableApplicationError("cannot undo", "Rejected", nil)
-	}, sdkactivity.RegisterOptions{Name: "Undo"})
+	require.NoError(t, activity.Register(env, h.store, "Undo", func(ctx context.Context, _ struct{}) (struct{}, error) {
+		return struct{}{}, temporal.NewNonRetryableApplicationError("cannot undo", "Rejected", nil)
+	}, activity.Options{DownstreamDeduplicates: true}))
 	var got *saga.CompensationError
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
@@ -441,7 +432,7 @@ func TestCompensateReturnsTypedError(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := s.Step(ctx, "do", saga.Compensation{Activity: "Undo", Name: "undo"}, "Do").Get(ctx, nil); err != nil {
+		if err := s.Step(ctx, "do", saga.Compensation{Activity: "Undo", Name: "undo", Args: []any{struct{}{}}}, "Do").Get(ctx, nil); err != nil {
 			return err
 		}
 		err = s.Compensate(ctx)
@@ -599,8 +590,6 @@ func TestSagaUnderATenant(t *testing.T) {
 // have happened.
 func TestOutcomeUnknownStepIsShownUnknown(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, activity.ErrTypeOutcomeUnknown, "tempotent.OutcomeUnknown")
-	require.Equal(t, activity.ErrTypePayloadTooLarge, "tempotent.PayloadTooLarge")
 	h := newHarness(t)
 	h.fail = func(name string, o order, _ int32) error {
 		if name == "Charge" {

@@ -2,12 +2,11 @@ module github.com/tempotent/tempotent/downstream/stripe
 
 go 1.26.0
 
-replace github.com/tempotent/tempotent => ../..
 
 require (
 	github.com/stretchr/testify v1.12.1
 	github.com/stripe/stripe-go/v84 v84.4.1
-	github.com/tempotent/tempotent v0.0.0-00010101000000-000000000000
+	github.com/tempotent/tempotent v1.0.0
 )
 
 require (

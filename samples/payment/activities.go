@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -123,34 +122,24 @@ func (a *Activities) CancelShipment(ctx context.Context, o Order) (downstream.Re
 // that finds nothing to undo is retried (activity.ForwardSettled).
 const SettleTime = 15 * time.Second
 
-// InterceptorConfig selects the activities whose effects are external: their receipts are
-// applied by the interceptor. The provider and the carrier deduplicate on the token; the gateway
-// does not, so LegacyCharge reconciles instead.
-func (a *Activities) InterceptorConfig() activity.InterceptorConfig {
-	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
-	return activity.InterceptorConfig{Activities: map[string]activity.Options{
-		"Charge": dedup, "Refund": dedup, "CreateShipment": dedup, "CancelShipment": dedup,
-		"LegacyCharge": {DownstreamDeduplicates: false, DownstreamSettleTime: SettleTime, Reconcile: a.findLegacyCharge},
-	}}
-}
-
-// Register registers the sample's workflow and activities on w. The inventory and order
-// activities write to Postgres in their receipt's transaction (activity.WrapTx).
-func Register(w worker.Worker, a *Activities, store *activity.Store) {
+// Register registers the sample's workflows and activities on w, each activity once, with what
+// its downstream guarantees: the provider and the carrier deduplicate on the token; the gateway
+// does not, so LegacyCharge reconciles instead. The inventory and order activities write to
+// Postgres in their receipt's transaction (activity.RegisterTx).
+func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 	w.RegisterWorkflowWithOptions(PaymentSaga, workflow.RegisterOptions{Name: "PaymentSaga"})
 	w.RegisterWorkflowWithOptions(QuickCharge, workflow.RegisterOptions{Name: "QuickCharge"})
-	for name, fn := range map[string]any{
-		"Charge":           a.Charge,
-		"LegacyCharge":     a.LegacyCharge,
-		"Refund":           a.Refund,
-		"CreateShipment":   a.CreateShipment,
-		"CancelShipment":   a.CancelShipment,
-		"ReserveInventory": activity.WrapTx(store, reserve, nil),
-		"ReleaseInventory": activity.WrapTx(store, release, &activity.Options{DownstreamSettleTime: SettleTime}),
-		"ConfirmOrder":     activity.WrapTx(store, confirm, nil),
-	} {
-		w.RegisterActivityWithOptions(fn, sdkactivity.RegisterOptions{Name: name})
-	}
+	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
+	return errors.Join(
+		activity.Register(w, store, "Charge", a.Charge, dedup),
+		activity.Register(w, store, "LegacyCharge", a.LegacyCharge, activity.Options{DownstreamSettleTime: SettleTime, Reconcile: a.findLegacyCharge}),
+		activity.Register(w, store, "Refund", a.Refund, dedup),
+		activity.Register(w, store, "CreateShipment", a.CreateShipment, dedup),
+		activity.Register(w, store, "CancelShipment", a.CancelShipment, dedup),
+		activity.RegisterTx(w, store, "ReserveInventory", reserve, activity.Options{}),
+		activity.RegisterTx(w, store, "ReleaseInventory", release, activity.Options{DownstreamSettleTime: SettleTime}),
+		activity.RegisterTx(w, store, "ConfirmOrder", confirm, activity.Options{}),
+	)
 }
 
 type faultsKey struct{}

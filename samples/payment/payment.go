@@ -118,12 +118,9 @@ func QuickCharge(ctx workflow.Context, o Order) (downstream.Charge, error) {
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 3 * time.Second, MaximumAttempts: 20},
 	})
-	ctx, _, err := keys.ExplicitKey(ctx, "charge", "order/"+o.ID)
-	if err != nil {
-		return downstream.Charge{}, temporal.NewNonRetryableApplicationError(err.Error(), "tempotent.InvalidKey", err)
-	}
+	ctx = keys.WithID(keys.WithStep(ctx, "charge"), "order/"+o.ID)
 	var ch downstream.Charge
-	err = workflow.ExecuteActivity(ctx, "Charge", o).Get(ctx, &ch)
+	err := workflow.ExecuteActivity(ctx, "Charge", o).Get(ctx, &ch)
 	return ch, err
 }
 

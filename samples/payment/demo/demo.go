@@ -28,7 +28,7 @@ import (
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/samples/payment"
-	"github.com/tempotent/tempotent/worker/setup"
+	"github.com/tempotent/tempotent/worker"
 )
 
 // Mix is the share of orders that meet each failure, and how often the worker is killed.
@@ -49,7 +49,7 @@ type Options struct {
 	Mix    Mix
 	Seed   uint64
 	// Setup is the configuration of Temporal and Postgres; zero starts them locally.
-	Setup setup.Config
+	Setup worker.Config
 	// Dir holds the run's binaries, fakepay state and logs; default .tmp/demo.
 	Dir string
 	// Out receives the progress bar and the summary; default os.Stdout.
@@ -100,7 +100,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	cfg.Migrate = true
 	cfg.TaskQueue = "demo-" + runID
 	cfg.LogLevel = cmp.Or(cfg.LogLevel, "warn")
-	env, err := setup.Start(ctx, cfg)
+	env, err := worker.Start(ctx, cfg)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -133,7 +133,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		"TEMPORAL_ADDRESS=" + env.Config.TemporalAddress,
 		"TEMPORAL_NAMESPACE=" + env.Config.Namespace,
 		"DATABASE_URL=" + env.Pool.Config().ConnString(),
-		"TEMPOTENT_SCHEMA=" + env.Config.Schema,
+		"TEMPOTENT_SCHEMA=" + env.Config.Receipts.Schema,
 		"TEMPOTENT_TASK_QUEUE=" + cfg.TaskQueue,
 		"TEMPOTENT_LOG_LEVEL=warn",
 		"FAKEPAY_URL=" + payments.url,
@@ -164,10 +164,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := sum.countLedgers(ctx, payments.url, carrier.url, compensated, ordersByID(orders)); err != nil {
 		return sum, err
 	}
-	if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM "+env.Config.Schema+".receipts WHERE state = 'pending' AND created_at >= $1",
-		started).Scan(&sum.StuckReceipts); err != nil {
+	counts, err := env.Store.CountSince(ctx, started)
+	if err != nil {
 		return sum, fmt.Errorf("count stuck receipts: %w", err)
 	}
+	sum.StuckReceipts = int(counts.Pending)
 	sum.P50, sum.P95 = percentile(latencies, 0.50), percentile(latencies, 0.95)
 	sum.print(o.Out)
 	return sum, nil
@@ -372,7 +373,7 @@ type binaries struct{ worker, fakepay string }
 // itself rather than `go run`.
 func build(ctx context.Context, dir string) (binaries, error) {
 	b := binaries{worker: filepath.Join(dir, "worker"), fakepay: filepath.Join(dir, "fakepay")}
-	for out, pkg := range map[string]string{b.worker: "github.com/tempotent/tempotent/worker", b.fakepay: "github.com/tempotent/tempotent/downstream/fakepay/cmd/fakepay"} {
+	for out, pkg := range map[string]string{b.worker: "github.com/tempotent/tempotent/samples/payment/cmd/worker", b.fakepay: "github.com/tempotent/tempotent/downstream/fakepay/cmd/fakepay"} {
 		if msg, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build %s: %v: %s", pkg, err, msg)
 		}

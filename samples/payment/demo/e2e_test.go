@@ -11,7 +11,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/samples/payment/demo"
-	"github.com/tempotent/tempotent/worker/setup"
+	"github.com/tempotent/tempotent/worker"
 )
 
 // TestEndToEnd runs the demo's path with a few orders against the real Temporal dev server, the
@@ -29,7 +29,7 @@ func TestEndToEnd(t *testing.T) {
 		Orders: 8,
 		Mix:    demo.Mix{Declines: 0.125, ProviderErrors: 0.25, LostResponses: 0.125, CarrierRefusals: 0.125, WorkerRestarts: 1},
 		Seed:   7,
-		Setup:  setup.Config{DatabaseURL: pgtest.URL(), TemporalCLI: cli, LogLevel: "error"},
+		Setup:  worker.Config{DatabaseURL: pgtest.URL(), TemporalCLI: cli, LogLevel: "error"},
 		Dir:    t.TempDir(),
 		Out:    &out,
 	})

@@ -11,11 +11,11 @@ import (
 	"os"
 
 	"github.com/tempotent/tempotent/samples/payment/demo"
-	"github.com/tempotent/tempotent/worker/setup"
+	"github.com/tempotent/tempotent/worker"
 )
 
 func main() {
-	var cfg setup.Config
+	var cfg worker.Config
 	cfg.Bind(flag.CommandLine)
 	orders := flag.Int("orders", 50, "number of orders")
 	restarts := flag.Int("restarts", demo.MixDefault.WorkerRestarts, "times the worker is SIGKILLed and restarted during the run")

@@ -1,16 +1,20 @@
-// Package setup is the start-up of a tempotent worker, reusable by your own: configuration from
+// Package worker is the start-up of a tempotent worker, reusable by your own: configuration from
 // flags and environment (Config.Bind) validated with messages that say what to do, a Temporal
 // client (or the dev server, started from the pinned CLI with its Web UI, when no address is
 // given), a Postgres pool (or the local server, or a throwaway cluster), the receipt store and
 // its migrations, a worker with tempotent's interceptor, and a clean stop on SIGINT/SIGTERM that
 // gives running activities a grace period.
 //
-//	env, err := setup.Start(ctx, setup.Config{TaskQueue: "payments", Migrate: true})
+//	env, err := worker.Start(ctx, worker.Config{TaskQueue: "payments", Migrate: true})
 //	if err != nil {
 //		return err // e.g. "postgres at … does not answer: … Check DATABASE_URL …"
 //	}
 //	defer env.Close()
-//	w := env.NewWorker(activity.InterceptorConfig{Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}}})
-//	w.RegisterActivityWithOptions(Charge, sdkactivity.RegisterOptions{Name: "Charge"})
+//	w := env.NewWorker()
+//	if err := activity.Register(w, env.Store, "Charge", Charge, activity.Options{DownstreamDeduplicates: true}); err != nil {
+//		return err
+//	}
 //	return env.Run(ctx, w)
-package setup
+//
+// The runnable sample worker, samples/payment/cmd/worker, is built on it.
+package worker

@@ -1,4 +1,4 @@
-package setup
+package worker
 
 import (
 	"context"
@@ -11,13 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
+	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
@@ -82,7 +81,7 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	if err := pool.Ping(pingCtx); err != nil {
 		return fmt.Errorf("postgres at %s does not answer: %w. Check DATABASE_URL and that the server runs (or leave DATABASE_URL empty to use or start a local one)", redact(url), err)
 	}
-	e.Store, err = activity.NewStore(pool, &activity.Config{Schema: cfg.Schema, Retention: cfg.Retention, MaxPayloadBytes: cfg.MaxPayloadBytes})
+	e.Store, err = activity.NewStore(pool, &cfg.Receipts)
 	if err != nil {
 		return err
 	}
@@ -90,14 +89,10 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 		if err := e.Store.Migrate(ctx); err != nil {
 			return err
 		}
-		e.Log.Info("receipt migrations applied", "schema", cfg.Schema)
+		e.Log.Info("receipt migrations applied", "schema", cfg.Receipts.Schema)
 	}
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{cfg.Schema, "receipts"}.Sanitize()).Scan(&exists); err != nil {
+	if err := e.Store.Check(ctx); err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(url), err)
-	}
-	if !exists {
-		return fmt.Errorf("postgres at %s has no receipts table in schema %q: run the worker once with -migrate (TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool", redact(url), cfg.Schema)
 	}
 	return nil
 }
@@ -155,18 +150,18 @@ func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
 	return nil
 }
 
-// NewWorker returns a worker on the configured task queue with tempotent's interceptor, which
-// applies receipts to the activities that cfg selects and carries key headers for all.
-func (e *Env) NewWorker(cfg activity.InterceptorConfig) worker.Worker {
-	return worker.New(e.Client, e.Config.TaskQueue, worker.Options{
-		Interceptors:      []interceptor.WorkerInterceptor{activity.NewInterceptor(e.Store, cfg)},
+// NewWorker returns a worker on the configured task queue with tempotent's interceptor
+// (activity.NewInterceptor) installed. Register activities on it with activity.Register.
+func (e *Env) NewWorker() sdkworker.Worker {
+	return sdkworker.New(e.Client, e.Config.TaskQueue, sdkworker.Options{
+		Interceptors:      []interceptor.WorkerInterceptor{activity.NewInterceptor()},
 		WorkerStopTimeout: e.Config.ShutdownGrace,
 	})
 }
 
 // Run runs w until ctx ends or the process gets SIGINT or SIGTERM. Then it stops polling and
 // gives running activities ShutdownGrace to finish before it returns.
-func (e *Env) Run(ctx context.Context, w worker.Worker) error {
+func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := w.Start(); err != nil {

@@ -2,10 +2,10 @@
 // configuration, connects to (or starts) Temporal and Postgres, installs tempotent's
 // interceptor and serves the sample's workflow and activities until SIGINT or SIGTERM.
 //
-//	go run ./worker -migrate                      # everything local: dev server, Postgres, fakepay
-//	TEMPORAL_ADDRESS=temporal:7233 DATABASE_URL=postgres://… FAKEPAY_URL=http://… go run ./worker
+//	go run ./samples/payment/cmd/worker -migrate   # everything local: dev server, Postgres, fakepay
+//	TEMPORAL_ADDRESS=temporal:7233 DATABASE_URL=postgres://… FAKEPAY_URL=http://… go run ./samples/payment/cmd/worker
 //
-// Its setup is the package worker/setup, which your own worker can reuse.
+// Its start-up is the package worker, which your own worker can reuse.
 package main
 
 import (
@@ -17,17 +17,17 @@ import (
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/samples/payment"
-	"github.com/tempotent/tempotent/worker/setup"
+	"github.com/tempotent/tempotent/worker"
 )
 
 func main() {
-	var cfg setup.Config
+	var cfg worker.Config
 	cfg.Bind(flag.CommandLine)
 	paymentsURL := flag.String("payments-url", os.Getenv("FAKEPAY_URL"), "payment provider (fakepay API); empty starts one in this process (env FAKEPAY_URL)")
 	carrierURL := flag.String("carrier-url", os.Getenv("CARRIER_URL"), "shipping carrier (fakepay API); empty starts one in this process (env CARRIER_URL)")
 	lookupURL := flag.String("lookup-url", os.Getenv("LOOKUP_URL"), "where LegacyCharge's reconcile looks charges up (fakepay API); empty uses the payment provider (env LOOKUP_URL)")
 	flag.Parse()
-	if cfg.TaskQueue == setup.TaskQueueDefault {
+	if cfg.TaskQueue == worker.TaskQueueDefault {
 		cfg.TaskQueue = payment.TaskQueue
 	}
 	if err := run(cfg, *paymentsURL, *carrierURL, *lookupURL); err != nil {
@@ -36,9 +36,9 @@ func main() {
 	}
 }
 
-func run(cfg setup.Config, paymentsURL, carrierURL, lookupURL string) error {
+func run(cfg worker.Config, paymentsURL, carrierURL, lookupURL string) error {
 	ctx := context.Background()
-	env, err := setup.Start(ctx, cfg)
+	env, err := worker.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,9 @@ func run(cfg setup.Config, paymentsURL, carrierURL, lookupURL string) error {
 		fmt.Fprintf(os.Stderr, "\nTemporal Web UI: %s\n\n", env.TemporalUI)
 	}
 	a := payment.NewActivities(paymentsURL, carrierURL, lookupURL)
-	w := env.NewWorker(a.InterceptorConfig())
-	payment.Register(w, a, env.Store)
+	w := env.NewWorker()
+	if err := payment.Register(w, a, env.Store); err != nil {
+		return err
+	}
 	return env.Run(ctx, w)
 }

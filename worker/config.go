@@ -1,4 +1,4 @@
-package setup
+package worker
 
 import (
 	"cmp"
@@ -38,13 +38,10 @@ type Config struct {
 	// DatabaseURL is the Postgres that holds the receipts. Empty uses the local Postgres on
 	// 127.0.0.1:5432 if it answers, else a throwaway cluster in DataDir. Env DATABASE_URL.
 	DatabaseURL string
-	// Schema and Retention configure the receipt store. Env TEMPOTENT_SCHEMA,
-	// TEMPOTENT_RETENTION.
-	Schema    string
-	Retention time.Duration
-	// MaxPayloadBytes bounds a stored result (activity.Config.MaxPayloadBytes). Env
-	// TEMPOTENT_MAX_PAYLOAD_BYTES.
-	MaxPayloadBytes int
+	// Receipts configures the receipt store, validated by activity.Config.Validate. Its
+	// Schema, Retention and MaxPayloadBytes have flags and environment variables:
+	// TEMPOTENT_SCHEMA, TEMPOTENT_RETENTION, TEMPOTENT_MAX_PAYLOAD_BYTES.
+	Receipts activity.Config
 	// Migrate applies the receipt store's migrations at start. Env TEMPOTENT_MIGRATE=1.
 	Migrate bool
 	// LogLevel is debug, info, warn or error. Env TEMPOTENT_LOG_LEVEL.
@@ -69,14 +66,14 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", cmp.Or(env("TEMPORAL_NAMESPACE"), NamespaceDefault), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	fs.StringVar(&c.TaskQueue, "task-queue", cmp.Or(env("TEMPOTENT_TASK_QUEUE"), TaskQueueDefault), "task queue to poll (env TEMPOTENT_TASK_QUEUE)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL"), "Postgres URL for the receipts; empty uses 127.0.0.1:5432 or a throwaway cluster (env DATABASE_URL)")
-	fs.StringVar(&c.Schema, "schema", cmp.Or(env("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
-	fs.Func("retention", "how long finished receipts are kept, e.g. 168h (env TEMPOTENT_RETENTION)", durationFlag(&c.Retention))
+	fs.StringVar(&c.Receipts.Schema, "schema", cmp.Or(env("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
+	fs.Func("retention", "how long finished receipts are kept, e.g. 168h (env TEMPOTENT_RETENTION)", durationFlag(&c.Receipts.Retention))
 	fs.Func("max-payload-bytes", "largest result a receipt stores (env TEMPOTENT_MAX_PAYLOAD_BYTES)", func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("not a positive number of bytes: %q", v)
 		}
-		c.MaxPayloadBytes = n
+		c.Receipts.MaxPayloadBytes = n
 		return nil
 	})
 	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply the receipt migrations at start (env TEMPOTENT_MIGRATE=1)")
@@ -114,8 +111,7 @@ func durationFlag(d *time.Duration) func(string) error {
 func (c Config) WithDefaults() Config {
 	c.Namespace = cmp.Or(c.Namespace, NamespaceDefault)
 	c.TaskQueue = cmp.Or(c.TaskQueue, TaskQueueDefault)
-	c.Schema = cmp.Or(c.Schema, activity.SchemaDefault)
-	c.Retention = cmp.Or(c.Retention, activity.RetentionDefault)
+	c.Receipts = c.Receipts.WithDefaults()
 	c.LogLevel = cmp.Or(c.LogLevel, "info")
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.TemporalCLI = cmp.Or(c.TemporalCLI, TemporalCLIDefault)
@@ -134,17 +130,15 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("DATABASE_URL %q is not a Postgres connection string (want postgres://user:password@host:5432/dbname): %w", redact(c.DatabaseURL), err))
 		}
 	}
-	if c.Retention != 0 && c.Retention < time.Hour {
-		errs = append(errs, fmt.Errorf("retention %v is shorter than an hour: receipts must outlive your retries and resets (default %v)", c.Retention, activity.RetentionDefault))
+	receipts := c.Receipts.WithDefaults()
+	if err := receipts.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %v is negative", c.ShutdownGrace))
 	}
 	if strings.ContainsAny(c.TaskQueue, " \t\n") {
 		errs = append(errs, fmt.Errorf("task queue %q contains white space", c.TaskQueue))
-	}
-	if len(c.Schema) > 63 {
-		errs = append(errs, fmt.Errorf("schema %q is longer than Postgres' 63-byte limit", c.Schema))
 	}
 	return errors.Join(errs...)
 }
