@@ -18,29 +18,30 @@
 //     and answers with that attempt's outcome, or fails with a retryable ErrTypeInProgress;
 //   - a fence number keeps an attempt that lost its lease from overwriting a newer outcome.
 //
-// DoTx (and WrapTx) is the path for effects in the same Postgres: the receipt and the caller's
-// writes commit in one transaction, exactly once, in as many round trips as the caller's own
-// transaction.
+// DoInNewTx and DoInTx are the path for effects in the same Postgres: the receipt and the
+// caller's writes commit in one transaction, exactly once — a transaction DoInNewTx opens, or the
+// caller's own (DoInTx), in as many round trips as that transaction.
 //
-// There are two ways in. Wrap a typed activity function:
+// In a Temporal worker there is one way in: install the interceptor, and register each activity
+// once, typed, with what its downstream guarantees. Workflow code decides each activity's key
+// (see the keys package); the worker's configuration cannot change it.
 //
 //	store, err := activity.NewStore(pool, nil)
 //	err = store.Migrate(ctx)
-//	w.RegisterActivityWithOptions(activity.Wrap(store, Charge, &activity.Options{DownstreamDeduplicates: true}),
-//		sdkactivity.RegisterOptions{Name: "Charge"})
-//
-// or select activities in the worker interceptor, which needs no change to their code and also
-// carries key headers (keys.Interceptor) and extends leases on heartbeats:
-//
 //	w := worker.New(c, "payments", worker.Options{
-//		Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor(store, activity.InterceptorConfig{
-//			Activities: map[string]activity.Options{"Charge": {DownstreamDeduplicates: true}},
-//		})},
+//		Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()},
 //	})
+//	err = activity.Register(w, store, "Charge", Charge, activity.Options{DownstreamDeduplicates: true})
+//	err = activity.RegisterTx(w, store, "ReserveStock", ReserveStock, activity.Options{})
 //
-// Errors cross into Temporal as application errors whose types are the ErrType constants, so
-// workflows and retry policies can name them; errors.As still finds the typed errors
-// (*MismatchError, *InProgressError, …) in their causes.
+// Outside Temporal (a Nexus handler, a queue consumer, an HTTP handler), Do, DoInNewTx and
+// DoInTx take an explicit Call, whose key you build with keys.Explicit.
+//
+// Errors cross into Temporal as application errors whose types are the ErrType constants. Once
+// they have crossed — in workflow code, in a retry policy, after a replay — match them by type
+// (temporal.ApplicationError.Type() == activity.ErrTypeOutcomeUnknown), not with errors.Is:
+// Temporal carries the type, message and details, not the Go chain. Inside the activity,
+// errors.As still finds the typed errors (*MismatchError, *InProgressError, …) in their causes.
 //
 // Receipts live for Config.Retention after they finish (7 days by default). Run Purge
 // periodically to delete expired ones; the replay-horizon guard refuses activities scheduled

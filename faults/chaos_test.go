@@ -57,7 +57,7 @@ func TestChaos(t *testing.T) {
 	w.workerDB = viaProxy.String()
 	// LegacyCharge's reconcile looks charges up through a front that an outage can turn off
 	// (row 19).
-	lookup := newLookupFront(t, w.payments.url)
+	lookup := newLookupFront(t, w.payments.URL)
 	lookup.set(lookupForwards)
 	startWorker := func() (*workerProc, error) { return w.spawnWorker("LOOKUP_URL=" + lookup.url) }
 	var workers []*workerProc
@@ -124,7 +124,7 @@ func TestChaos(t *testing.T) {
 			switch rng.IntN(8) {
 			case 0: // rows 1–3, 13: SIGKILL a worker wherever it is, start another
 				i := rng.IntN(len(workers))
-				workers[i].kill()
+				workers[i].Kill()
 				restarted, err := startWorker() // under load it may take a while to poll
 				if err != nil {
 					t.Errorf("restart a worker: %v", err)
@@ -146,12 +146,12 @@ func TestChaos(t *testing.T) {
 				count("Postgres crash-restart")
 			case 4: // row 11
 				i := rng.IntN(len(workers))
-				if err := workers[i].signal(syscall.SIGSTOP); err != nil {
+				if err := workers[i].Signal(syscall.SIGSTOP); err != nil {
 					t.Errorf("pause a worker: %v", err)
 					return
 				}
 				time.Sleep(12 * time.Second)
-				if err := workers[i].signal(syscall.SIGCONT); err != nil {
+				if err := workers[i].Signal(syscall.SIGCONT); err != nil {
 					t.Errorf("resume a worker: %v", err)
 					return
 				}
@@ -176,7 +176,7 @@ func TestChaos(t *testing.T) {
 			case 7: // row 20: a stale attempt wakes after a crash-restart (a real crash rarely
 				// loses an asynchronous reservation; TestRow20ReservationLost makes it certain)
 				i := rng.IntN(len(workers))
-				if err := workers[i].signal(syscall.SIGSTOP); err != nil {
+				if err := workers[i].Signal(syscall.SIGSTOP); err != nil {
 					t.Errorf("pause a worker: %v", err)
 					return
 				}
@@ -184,7 +184,7 @@ func TestChaos(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				pg.ctl("start")
 				time.Sleep(12 * time.Second)
-				if err := workers[i].signal(syscall.SIGCONT); err != nil {
+				if err := workers[i].Signal(syscall.SIGCONT); err != nil {
 					t.Errorf("resume a worker: %v", err)
 					return
 				}

@@ -47,7 +47,7 @@ func (w *world) killAfterCharge(o payment.Order, extra ...string) (client.Workfl
 	first.waitFor("failpoint "+failpoint.AfterDownstream+" reached", 30*time.Second)
 	charges := w.charges(o.ID)
 	require.Len(w.t, charges, 1, "the provider had not charged when the worker stopped")
-	first.kill()
+	first.Kill()
 	return run, charges[0].Token
 }
 
@@ -60,7 +60,7 @@ func TestRow02KilledAfterReceiptBeforeReport(t *testing.T) {
 	o := w.order("o")
 	run := w.saga(o)
 	first.waitFor("failpoint "+failpoint.AfterComplete+" reached", 30*time.Second)
-	first.kill()
+	first.Kill()
 
 	w.startWorker()
 	r := w.result(run)
@@ -85,7 +85,7 @@ func TestRow03KilledAfterReserveBeforeCall(t *testing.T) {
 	run := w.saga(o)
 	first.waitFor("failpoint "+failpoint.AfterReserve+" reached", 30*time.Second)
 	require.Empty(t, w.charges(o.ID))
-	first.kill()
+	first.Kill()
 
 	second := w.startWorker()
 	r := w.result(run)

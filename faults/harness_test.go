@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +31,7 @@ import (
 	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -66,11 +65,11 @@ func run(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", temporalBin)
 	}
 	workerBin, fakepayBin = filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
-	for out, pkg := range map[string]string{workerBin: "../samples/payment/cmd/worker", fakepayBin: "../downstream/fakepay/cmd/fakepay"} {
+	for out, pkg := range map[string]string{workerBin: proc.SampleWorker, fakepayBin: proc.Fakepay} {
 		// The tag compiles in the failpoints that the tests arm through failpoint.EnvVar;
 		// without it the worker would run straight past them.
-		if msg, err := exec.Command("go", "build", "-tags", failpoint.Tag, "-o", out, pkg).CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("build %s: %v: %s", pkg, err, msg)
+		if err := proc.Build(context.Background(), out, pkg, failpoint.Tag); err != nil {
+			return 0, err
 		}
 	}
 	pool, err := pgxpool.New(context.Background(), pgtest.URL())
@@ -152,8 +151,8 @@ type world struct {
 	schema   string
 	dbURL    string // where the test reads the receipts and the sample's tables
 	workerDB string // where workers connect, when not dbURL (through a proxy)
-	payments *process
-	carrier  *process
+	payments *proc.Server
+	carrier  *proc.Server
 	workers  []*workerProc
 	dir      string
 	pool     *pgxpool.Pool // on dbURL, when it is not pgtest's
@@ -208,8 +207,8 @@ func (w *world) spawnWorker(extra ...string) (*workerProc, error) {
 	}
 	url += sep + "application_name=tempotent-worker-" + w.schema
 	p := &workerProc{t: w.t, lines: make(chan string, 1000)}
-	p.cmd = exec.Command(workerBin)
-	p.cmd.Env = append(os.Environ(),
+	cmd := exec.Command(workerBin)
+	cmd.Env = append(os.Environ(),
 		"TEMPORAL_ADDRESS="+w.temporal.addr,
 		"DATABASE_URL="+url,
 		"TEMPOTENT_SCHEMA="+w.schema,
@@ -217,16 +216,16 @@ func (w *world) spawnWorker(extra ...string) (*workerProc, error) {
 		"TEMPOTENT_TASK_QUEUE="+w.queue,
 		"TEMPOTENT_LOG_LEVEL=info",
 		"TEMPOTENT_SHUTDOWN_GRACE=2s",
-		"FAKEPAY_URL="+w.payments.url,
-		"CARRIER_URL="+w.carrier.url,
+		"FAKEPAY_URL="+w.payments.URL,
+		"CARRIER_URL="+w.carrier.URL,
 	)
-	p.cmd.Env = append(p.cmd.Env, extra...)
-	stderr, err := p.cmd.StderrPipe()
+	cmd.Env = append(cmd.Env, extra...)
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	p.cmd.Stdout = io.Discard
-	if err := p.cmd.Start(); err != nil {
+	cmd.Stdout = io.Discard
+	if p.Process, err = proc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("start the worker: %w", err)
 	}
 	go func() {
@@ -244,15 +243,15 @@ func (w *world) spawnWorker(extra ...string) (*workerProc, error) {
 	w.mu.Lock()
 	w.workers = append(w.workers, p)
 	w.mu.Unlock()
-	w.t.Cleanup(p.kill)
+	w.t.Cleanup(p.Kill)
 	return p, nil
 }
 
+// workerProc is a worker process: Kill is a crash (SIGKILL), Signal pauses and resumes it.
 type workerProc struct {
+	*proc.Process
 	t     *testing.T
-	cmd   *exec.Cmd
 	lines chan string
-	once  sync.Once
 	mu    sync.Mutex
 	log   []string // every line the worker wrote
 }
@@ -300,47 +299,13 @@ func (p *workerProc) waitFor(s string, timeout time.Duration) {
 	}
 }
 
-// kill sends SIGKILL: the process gets no chance to finish or record anything.
-func (p *workerProc) kill() {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	})
-}
-
-// signal sends sig; like spawnWorker it reports failure rather than ending the calling goroutine.
-func (p *workerProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
-
-type process struct {
-	cmd *exec.Cmd
-	url string
-}
-
 // startFakepay runs fakepay as its own process, its ledger in state+".json".
-func startFakepay(t *testing.T, state string) *process {
+func startFakepay(t *testing.T, state string) *proc.Server {
 	t.Helper()
-	port, err := freeport.Get()
+	srv, err := proc.StartFakepay(fakepayBin, state+".json", nil, 10*time.Second)
 	require.NoError(t, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(fakepayBin, "-addr", addr, "-state", state+".json")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	require.NoError(t, waitListening(addr, 10*time.Second))
-	return &process{cmd: cmd, url: "http://" + addr}
-}
-
-func waitListening(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return conn.Close()
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	t.Cleanup(srv.Kill)
+	return srv
 }
 
 // order returns an order with an ID unique to the test.
@@ -366,8 +331,8 @@ func (w *world) result(run client.WorkflowRun) payment.Result {
 	return r
 }
 
-func (w *world) ledger() fakepay.Ledger        { return ledgerOf(w.t, w.payments.url) }
-func (w *world) carrierLedger() fakepay.Ledger { return ledgerOf(w.t, w.carrier.url) }
+func (w *world) ledger() fakepay.Ledger        { return ledgerOf(w.t, w.payments.URL) }
+func (w *world) carrierLedger() fakepay.Ledger { return ledgerOf(w.t, w.carrier.URL) }
 
 func ledgerOf(t *testing.T, url string) fakepay.Ledger {
 	t.Helper()

@@ -31,7 +31,7 @@ import (
 // charge the first attempt made, and the saga completes with it.
 func TestRow19ReconcileUnreachable(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	lookup := newLookupFront(t, w.payments.url)
+	lookup := newLookupFront(t, w.payments.URL)
 	o := w.order("o")
 	o.Gateway = payment.GatewayLegacy
 	run, token := w.killAfterCharge(o, "LOOKUP_URL="+lookup.url)

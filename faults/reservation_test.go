@@ -40,11 +40,11 @@ func TestRow20ReservationLost(t *testing.T) {
 		require.Equal(t, activity.StatePending, held.State)
 		require.Equal(t, int64(1), held.Fence, "B's reservation is a new row")
 
-		require.NoError(t, stale.signal(syscall.SIGCONT))
+		require.NoError(t, stale.Signal(syscall.SIGCONT))
 		stale.awaitLogged(logFencedOut, 2*time.Minute)
 		require.Equal(t, held, w.receiptRow("charge", ""), "the stale attempt wrote to, or released, B's reservation")
 
-		b.kill()
+		b.Kill()
 		w.startWorker("TEMPOTENT_TASK_QUEUE=" + queueB)
 		w.startWorker()
 		charges := w.charges(o.ID)
@@ -82,7 +82,7 @@ func TestRow20ReservationLost(t *testing.T) {
 		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.ErrorContains(t, err, "payload mismatch for key", "A got something other than the receipt's refusal: B's outcome?")
 
-		require.NoError(t, stale.signal(syscall.SIGCONT))
+		require.NoError(t, stale.Signal(syscall.SIGCONT))
 		stale.awaitLogged(logFencedOut, 2*time.Minute)
 		require.Equal(t, recorded, w.receiptRow("charge", ""), "the stale attempt wrote to B's receipt")
 		// What the stale attempt returned (Temporal drops it: it timed out long ago).
@@ -113,7 +113,7 @@ func loseReservation(t *testing.T) (*world, *workerProc, payment.Order, client.W
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(w.ledger().RequestsByKey) > 0 }, 30*time.Second, 10*time.Millisecond,
 		"the charge never reached the provider")
-	require.NoError(t, stale.signal(syscall.SIGSTOP))
+	require.NoError(t, stale.Signal(syscall.SIGSTOP))
 	require.Len(t, w.receiptRows("charge", ""), 1, "A's reservation")
 	// The provider applies A's charge while A sleeps (a duplicate while it is in flight would
 	// get 409s and come again).

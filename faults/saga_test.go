@@ -26,7 +26,7 @@ func TestRow13KilledDuringCompensation(t *testing.T) {
 	run := w.saga(o)
 	first.waitFor("failpoint "+failpoint.InCompensation+" reached", 30*time.Second)
 	require.Equal(t, 1, w.refunds(o.ID), "the refund had not happened when the worker stopped")
-	first.kill()
+	first.Kill()
 
 	second := w.startWorker()
 	r := w.result(run)

@@ -49,7 +49,7 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 	run := w.saga(o)
 	require.Eventually(t, func() bool { return len(w.ledger().RequestsByKey) > 0 }, 30*time.Second, 20*time.Millisecond,
 		"the charge never reached the provider")
-	require.NoError(t, paused.signal(syscall.SIGSTOP))
+	require.NoError(t, paused.Signal(syscall.SIGSTOP))
 	w.startWorker()
 
 	r := w.result(run)
@@ -57,7 +57,7 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 	completed := w.receiptRow("charge", "/charge#1")
 	require.Equal(t, activity.StateCompleted, completed.State)
 	require.GreaterOrEqual(t, completed.Fence, int64(2))
-	require.NoError(t, paused.signal(syscall.SIGCONT))
+	require.NoError(t, paused.Signal(syscall.SIGCONT))
 	paused.awaitLogged(logFencedOut, 2*time.Minute)
 	require.Equal(t, completed, w.receiptRow("charge", "/charge#1"), "the resumed worker wrote to the receipt")
 	require.Len(t, w.charges(o.ID), 1)

@@ -1,58 +1,71 @@
-// Package keys derives the idempotency keys that make a Temporal activity's effect happen once
-// per business intent, and the values derived from them: downstream tokens, compensation keys
-// and request fingerprints.
+// Package keys decides the idempotency keys that make a Temporal activity's effect happen once per
+// business intent, and the values derived from them: downstream tokens, compensation keys and
+// request fingerprints.
 //
-// A Key has four parts: the Temporal namespace, an optional tenant, the operation (the activity
-// type by default) and an ID. The ID comes from one of three scopes:
+// A Key has four parts: the Temporal namespace, an optional tenant, the operation and an ID.
+// Workflow code decides the operation and the ID of every activity it schedules; the activity side
+// adds the namespace and the tenant. One interceptor does both (the activity package's
+// NewInterceptor includes this package's): on the workflow side it writes the decision into one
+// versioned header, and on the activity side FromActivity reads it back. An activity never derives
+// a key of its own, so a worker's configuration cannot change what a workflow decided, and a
+// header it cannot honour is refused before anything is written.
 //
-//   - ScopeWorkflow (default): workflow ID + OriginalRunID + a step name chosen in workflow code
-//     (WithStep, StepKey) with an occurrence counter. Survives workflow Reset; differs across
-//     Continue-As-New, Retry and Cron runs. Needs Interceptor on the workers.
-//   - ScopeRun: workflow ID + run ID + activity ID, as Temporal's docs advise. Stable across
-//     retries, not across Reset.
-//   - ScopeExplicit: a business key such as "order-123/charge" (WithID, ExplicitKey, or
-//     Options.ID).
+// Workflow code names intents with context functions, all optional:
 //
-// An ID is spelled with a tag that names its scope, then the identity's parts, each
-// percent-escaped ('%' as %25, '/' as %2F, '#' as %23) and joined with '/':
+//   - nothing: the activity is the next occurrence of a step named after its activity type, in
+//     the workflow scope;
+//   - WithStep(ctx, "charge"): the step, which is the key's operation. Occurrences are counted,
+//     so a loop gets "charge#1", "charge#2";
+//   - WithID(ctx, "order-123"): an explicit business key. The same operation and ID from any
+//     workflow is one intent;
+//   - WithRunScope(ctx): keyed by this run alone, as Temporal's documentation advises;
+//   - StepKey(ctx, "charge"): decide the key now and hold it (sagas register compensations under
+//     it); WithCompensation keys a compensation from its forward step.
 //
-//	wf:order-123/<OriginalRunID>/charge#1      ScopeWorkflow, the first "charge" step
-//	run:order-123/<run ID>/5                   ScopeRun
-//	activity:<activity ID>/<activity run ID>   ScopeRun, an activity started without a workflow
-//	explicit:order-123/charge                  ScopeExplicit, the caller's ID as given
-//	comp:Charge/<forward token>                a compensation (Key.Compensation)
+// The ID's scope is spelled in it, and no two scopes share an ID:
 //
-// so no two identities share an ID, and no explicit ID equals a derived one, whatever
-// characters workflow IDs, steps and explicit IDs contain. A derived ID longer than MaxIDLen
-// becomes its hash, still tagged: "wf:sha256:<hex>". Explicit IDs are limited to MaxIDLen bytes
-// as given; Key.ID allows MaxKeyIDLen for the tag.
+//	wf:order-123/<epoch>/charge#1        workflow scope (the default)
+//	run:order-123/<run ID>/charge#1      WithRunScope
+//	upd:order-123/<update ID>/charge#1   activities scheduled by an update handler
+//	explicit:order-123                   WithID, Given, Explicit
+//	activity:<activity ID>/<run ID>      a standalone activity
+//	comp:charge/<forward token>          a compensation (Key.Compensation)
 //
-// Upgrading from a version without this encoding changes the IDs, and so the tokens, of
-// explicit keys, compensation keys, hashed IDs and IDs whose parts contain '%', '/' or '#': an
-// intent in flight across the upgrade gets a new key, and could take effect twice. Drain the
-// workers before upgrading.
+// Each part is percent-escaped ('%', '/', '#'), and a derived ID longer than MaxIDLen becomes its
+// hash, still tagged: "wf:sha256:<hex>".
 //
-// Attempt numbers are never part of a key, and derivation never falls back to an empty or
-// shared ID: when the identity is missing it returns ErrNoIdentity. Malformed tenants, steps and
-// IDs (empty, too long, NUL or control bytes, invalid UTF-8) are an *InvalidKeyError.
+// What each scope survives:
 //
-// The tenant travels in Temporal headers from the client that starts the workflow (WithTenant
-// and TenantPropagator), never in the activity's input.
+//   - workflow: the activity's retries, a workflow Reset and a workflow retry (a retried
+//     workflow's charge replays the first run's receipt); new for each Continue-As-New run and
+//     each cron run. The epoch is how a run tells them apart: the chain's FirstRunID for the
+//     first run, its retries and resets; an epoch the interceptor writes on the Continue-As-New
+//     command for the run it starts; the run's own OriginalRunID for a cron run. A retried cron
+//     run cannot name the run it retries (Temporal gives it nothing to), so its activities are
+//     refused a key (ErrNoIdentity) rather than given new ones; key them with WithID or
+//     WithRunScope. See epoch.go for the table of what Temporal gives each kind of run.
+//   - update: an activity scheduled from an update handler is keyed by the update's ID, so the
+//     same update delivered again after Continue-As-New replays instead of repeating.
+//   - run: the activity's retries only.
+//   - explicit: whatever you name.
+//
+// Local activities get the same keys as regular ones: the SDK retries a local activity by timer
+// under a new activity ID, with the header it was first scheduled with.
+//
+// An activity with no workflow gets its key only from what it is given: Given in its context
+// (TestActivityEnvironment, a Nexus operation handler keyed by its request ID), or its own
+// activity ID and activity run ID when a client started it standalone. It is never keyed by an
+// empty or shared ID: without either, FromActivity returns ErrNoIdentity.
+//
+// The tenant travels in Temporal headers from the client that starts the workflow (WithTenant and
+// TenantPropagator), never in the activity's input.
 //
 // Key.Token is what an external system sees: 43 URL-safe characters hashed from all four parts
 // (Token.UUID for APIs that want a UUID). Key.Compensation derives the key of a compensation
 // from its forward step. FingerprintOf and FingerprintJSON hash a request's canonical JSON, so
 // that the same key with a different request can be refused.
 //
-// Install the interceptor and the propagator on the worker and the client:
-//
-//	c, err := client.Dial(client.Options{ContextPropagators: []workflow.ContextPropagator{keys.TenantPropagator()}})
-//	w := worker.New(c, "payments", worker.Options{Interceptors: []interceptor.WorkerInterceptor{&keys.Interceptor{}}})
-//
-// and, in an activity:
-//
-//	k, err := keys.FromActivity(ctx, keys.Options{})
-//
-// The activity package builds on this: most users install its interceptor, which includes
-// this one, and never derive keys by hand.
+// Malformed parts (empty, too long, NUL or control bytes, invalid UTF-8) are an
+// *InvalidKeyError; a missing identity is ErrNoIdentity. Both are returned before anything is
+// scheduled, written or called.
 package keys

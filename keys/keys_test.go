@@ -97,4 +97,3 @@ func TestCompensation(t *testing.T) {
 	_, err = keys.Key{}.Compensation("Refund")
 	require.ErrorIs(t, err, keys.ErrInvalidKey)
 }
-

@@ -239,9 +239,9 @@ func TestRefusals(t *testing.T) {
 		require.Equal(t, keys.Key{Namespace: "default-test-namespace", Operation: "charge", ID: "explicit:order-9"}, k)
 	})
 	for name, header := range map[string]string{
-		"NewerVersion": `{"v":2,"op":"charge","id":"wf:a/b/charge#1"}`,
-		"NotJSON":      `{"v":`,
-		"EmptyID":      `{"v":1,"op":"charge","id":""}`,
+		"NewerVersion":                `{"v":2,"op":"charge","id":"wf:a/b/charge#1"}`,
+		"NotJSON":                     `{"v":`,
+		"EmptyID":                     `{"v":1,"op":"charge","id":""}`,
 		"CompensationOfAnotherTenant": `{"v":1,"op":"refund","id":"comp:charge/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","comp":{"op":"charge","id":"wf:a/b/charge#1"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -292,7 +292,7 @@ type updateCallbacks struct {
 	done func(keys.Key)
 }
 
-func (u *updateCallbacks) Accept()         {}
+func (u *updateCallbacks) Accept()          {}
 func (u *updateCallbacks) Reject(err error) { u.t.Errorf("update rejected: %v", err) }
 func (u *updateCallbacks) Complete(success any, err error) {
 	if err != nil {
@@ -306,4 +306,3 @@ func (u *updateCallbacks) Complete(success any, err error) {
 	}
 	u.done(k)
 }
-

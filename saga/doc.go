@@ -8,9 +8,9 @@
 //
 //   - registers each step's compensation before the forward activity runs, so a step with an
 //     unknown outcome is compensated too;
-//   - keys each forward step with keys.StepKey (reset-safe: workflow ID + OriginalRunID + step
-//     name + occurrence) and each compensation with Key.Compensation of it, so retries, replays
-//     and Reset reuse the same keys and the activity package's receipts turn repeats into
+//   - keys each forward step with keys.StepKey (workflow ID + the run's epoch + step name +
+//     occurrence, or the scope ctx asks for) and each compensation with Key.Compensation of it,
+//     so activity retries, replays, Reset and workflow retries reuse the same keys and the activity package's receipts turn repeats into
 //     replays;
 //   - waits for a forward activity to settle before compensating it, so a refund never
 //     overtakes its charge;
@@ -19,7 +19,7 @@
 //   - answers a query (QueryTypeDefault) with steps, tokens, outcomes and compensation states.
 //
 // Keys travel in Temporal headers: no key parameter appears in an activity's signature. Install
-// the activity package's interceptor (or keys.Interceptor) on the worker.
+// the activity package's interceptor (activity.NewInterceptor) on the worker.
 //
 //	func Payment(ctx workflow.Context, o Order) error {
 //		s, err := saga.New(ctx, nil)

@@ -50,8 +50,8 @@ func TestRecordHistories(t *testing.T) {
 	ctx := context.Background()
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: "../bin/temporal", LogLevel: "error"})
 	require.NoError(t, err)
-	defer func() { _ = server.Stop() }()
 	c := server.Client()
+	defer func() { c.Close(); _ = server.Stop() }() // Stop does not close the client it dialled
 
 	h := newHarness(t)
 	h.fail = func(name string, o order, _ int32) error {

@@ -1,20 +1,27 @@
-// Package readme checks that the README's Go quickstart compiles as written.
+// Package readme checks that the README's Go quickstart, copied word for word, builds and runs
+// against the real Temporal dev server and Postgres, and does what the README says it prints.
 package readme
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tempotent/tempotent/internal/pgtest"
 )
 
-func TestQuickstartCompiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a program")
-	}
+func TestQuickstartRuns(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	_, block, ok := strings.Cut(string(readme), "<!-- quickstart -->\n```go\n")
@@ -28,9 +35,36 @@ func TestQuickstartCompiles(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(code), 0o644))
-
-	for _, args := range [][]string{{"vet", "./" + dir}, {"build", "-o", os.DevNull, "./" + dir}} {
+	bin := filepath.Join(t.TempDir(), "quickstart")
+	for _, args := range [][]string{{"vet", "./" + dir}, {"build", "-o", bin, "./" + dir}} {
 		out, err := exec.Command("go", args...).CombinedOutput()
 		require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
 	}
+
+	cli, err := filepath.Abs("../../bin/temporal")
+	require.NoError(t, err)
+	if _, err := os.Stat(cli); err != nil {
+		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
+	}
+	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: cli, LogLevel: "error",
+		ClientOptions: &client.Options{Logger: tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))}})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+
+	schema := "readme_quickstart"
+	drop := func() {
+		_, err := pgtest.Pool(t).Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		require.NoError(t, err)
+	}
+	drop()
+	t.Cleanup(drop)
+
+	run := exec.Command(bin)
+	run.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(), "TEMPORAL_ADDRESS="+srv.FrontendHostPort(), "TEMPOTENT_SCHEMA="+schema)
+	out, err := run.Output()
+	require.NoError(t, err, "the quickstart failed: %s", out)
+	got := regexp.MustCompile(`(?m)^checkout-(\d) got (ch_\S+) \(4200 cents\)$`).FindAllStringSubmatch(string(out), -1)
+	require.Len(t, got, 2, "the quickstart printed:\n%s", out)
+	require.Equal(t, got[0][2], got[1][2], "two checkouts of one order got different charges")
+	require.Contains(t, string(out), "provider calls: 1\n", "the provider was not called exactly once")
 }

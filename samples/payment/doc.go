@@ -1,5 +1,5 @@
 // Package payment is tempotent's sample: a PaymentSaga that charges a card at a payment
-// provider (through downstream and the receipts), reserves stock in Postgres (DoTx: the stock
+// provider (through downstream and the receipts), reserves stock in Postgres (activity.RegisterTx: the stock
 // update, its receipt and an outbox row in one transaction), books the shipment with a carrier
 // (a second provider) and confirms the order; a declined card or a refused address makes the
 // saga refund, release and cancel, each exactly once, whatever the retries, timeouts and worker

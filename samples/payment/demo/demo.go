@@ -7,12 +7,10 @@ package demo
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,13 +18,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
-	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/samples/payment"
 	"github.com/tempotent/tempotent/worker"
 )
@@ -114,30 +111,35 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 
 	fmt.Fprintf(o.Out, "building the worker and fakepay into %s\n", dir)
-	bins, err := build(ctx, dir)
-	if err != nil {
-		return Summary{}, err
+	workerBin, fakepayBin := filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
+	for bin, pkg := range map[string]string{workerBin: proc.SampleWorker, fakepayBin: proc.Fakepay} {
+		if err := proc.Build(ctx, bin, pkg); err != nil {
+			return Summary{}, err
+		}
 	}
-	payments, err := startFakepay(ctx, bins.fakepay, filepath.Join(dir, "payments"))
-	if err != nil {
-		return Summary{}, err
+	var servers [2]*proc.Server
+	for i, name := range []string{"payments", "carrier"} {
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return Summary{}, err
+		}
+		defer logf.Close()
+		if servers[i], err = proc.StartFakepay(fakepayBin, filepath.Join(dir, name+".json"), logf, 30*time.Second); err != nil {
+			return Summary{}, fmt.Errorf("%s (see %s.log): %w", name, filepath.Join(dir, name), err)
+		}
+		defer servers[i].Stop()
 	}
-	defer payments.stop()
-	carrier, err := startFakepay(ctx, bins.fakepay, filepath.Join(dir, "carrier"))
-	if err != nil {
-		return Summary{}, err
-	}
-	defer carrier.stop()
+	payments, carrier := servers[0], servers[1]
 
-	w := &workerProc{bin: bins.worker, log: filepath.Join(dir, "worker.log"), env: []string{
+	w := &workerProc{bin: workerBin, log: filepath.Join(dir, "worker.log"), env: []string{
 		"TEMPORAL_ADDRESS=" + env.Config.TemporalAddress,
 		"TEMPORAL_NAMESPACE=" + env.Config.Namespace,
 		"DATABASE_URL=" + env.Pool.Config().ConnString(),
 		"TEMPOTENT_SCHEMA=" + env.Config.Receipts.Schema,
 		"TEMPOTENT_TASK_QUEUE=" + cfg.TaskQueue,
 		"TEMPOTENT_LOG_LEVEL=warn",
-		"FAKEPAY_URL=" + payments.url,
-		"CARRIER_URL=" + carrier.url,
+		"FAKEPAY_URL=" + payments.URL,
+		"CARRIER_URL=" + carrier.URL,
 	}}
 	if err := w.start(); err != nil {
 		return Summary{}, err
@@ -161,7 +163,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			sum.Unresolved++
 		}
 	}
-	if err := sum.countLedgers(ctx, payments.url, carrier.url, compensated, ordersByID(orders)); err != nil {
+	if err := sum.countLedgers(ctx, payments.URL, carrier.URL, compensated, ordersByID(orders)); err != nil {
 		return sum, err
 	}
 	counts, err := env.Store.CountSince(ctx, started)
@@ -367,61 +369,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-type binaries struct{ worker, fakepay string }
-
-// build compiles the worker and fakepay, so that restarts are quick and kills hit the worker
-// itself rather than `go run`.
-func build(ctx context.Context, dir string) (binaries, error) {
-	b := binaries{worker: filepath.Join(dir, "worker"), fakepay: filepath.Join(dir, "fakepay")}
-	for out, pkg := range map[string]string{b.worker: "github.com/tempotent/tempotent/samples/payment/cmd/worker", b.fakepay: "github.com/tempotent/tempotent/downstream/fakepay/cmd/fakepay"} {
-		if msg, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			return b, fmt.Errorf("go build %s: %v: %s", pkg, err, msg)
-		}
-	}
-	return b, nil
-}
-
-type proc struct {
-	cmd *exec.Cmd
-	url string
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
-}
-
-// startFakepay runs a fakepay process with its state in dir+".json" and waits until it listens.
-func startFakepay(ctx context.Context, bin, state string) (*proc, error) {
-	port, err := freeport.Get()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logf, err := os.Create(state + ".log")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "-addr", addr, "-state", state+".json")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start fakepay: %w", err)
-	}
-	p := &proc{cmd: cmd, url: "http://" + addr}
-	if err := waitListening(ctx, addr); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("fakepay did not start (see %s.log): %w", state, err)
-	}
-	return p, nil
-}
-
 // workerProc is the worker process, which the demo kills and starts again.
 type workerProc struct {
 	bin, log string
 	env      []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu sync.Mutex
+	p  *proc.Process
 }
 
 func (w *workerProc) start() error {
@@ -432,47 +386,27 @@ func (w *workerProc) start() error {
 	cmd := exec.Command(w.bin)
 	cmd.Env = append(os.Environ(), w.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start the worker: %w", err)
 	}
 	w.mu.Lock()
-	w.cmd = cmd
+	w.p = p
 	w.mu.Unlock()
 	return nil
 }
 
 // kill sends SIGKILL: no chance to finish anything, as a crash.
-func (w *workerProc) kill() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd != nil {
-		_ = w.cmd.Process.Kill()
-		_ = w.cmd.Wait()
-		w.cmd = nil
-	}
-}
+func (w *workerProc) kill() { w.end((*proc.Process).Kill) }
 
 // stop sends SIGTERM and waits for the graceful shutdown.
-func (w *workerProc) stop() {
+func (w *workerProc) stop() { w.end((*proc.Process).Stop) }
+
+func (w *workerProc) end(how func(*proc.Process)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cmd != nil {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		_ = w.cmd.Wait()
-		w.cmd = nil
-	}
-}
-
-func waitListening(ctx context.Context, addr string) error {
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return conn.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if w.p != nil {
+		how(w.p)
+		w.p = nil
 	}
 }

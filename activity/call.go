@@ -1,0 +1,72 @@
+package activity
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+// Call describes one execution of an intent for Do, DoInNewTx and DoInTx. Register and RegisterTx
+// build it from the activity's context; build it yourself to use receipts outside Temporal.
+type Call struct {
+	// Key names the intent. Required; validated before anything is written.
+	Key keys.Key
+	// Fingerprint identifies the request. A receipt with the same Key and another Fingerprint is
+	// a payload mismatch.
+	Fingerprint keys.Fingerprint
+	// Lease is how long this attempt holds the key before another may take over. Zero means
+	// until ctx's deadline, or LeaseDefault when ctx has none.
+	Lease time.Duration
+	// ScheduledAt, when set, arms the replay-horizon guard: a call scheduled longer ago than the
+	// retention is refused with a HorizonError.
+	ScheduledAt time.Time
+	// DownstreamDeduplicates declares that the external system deduplicates on the token, so
+	// an attempt that takes over after an unknown outcome may simply call again with the same
+	// token (Stripe and the downstream package's providers do) — as long as the token is younger
+	// than DownstreamKeyMemory.
+	DownstreamDeduplicates bool
+	// DownstreamKeyMemory is how long the downstream remembers a token after its first use
+	// (Stripe: 24 hours). Sending again a token it may have forgotten could be a second effect,
+	// so a takeover of a receipt first reserved longer ago than this reconciles, or fails with
+	// OutcomeUnknownError, as for a downstream that does not deduplicate. Zero means
+	// DownstreamKeyMemoryDefault.
+	DownstreamKeyMemory time.Duration
+	// DownstreamSettleTime is the longest the downstream may take to apply a request after the
+	// attempt that sent it ended (timed out, was fenced out, or its worker died): the request
+	// may still be in flight, or the downstream's search may lag its writes (Stripe's does).
+	// Until that long after the last attempt ended, "the downstream has no effect under this
+	// token" is not final: Reconcile's "not found" is not trusted yet (the takeover waits with
+	// an InProgressError), and ForwardSettled says a compensation must retry. Zero means
+	// DownstreamSettleTimeDefault.
+	DownstreamSettleTime time.Duration
+	// Reconcile, for a downstream that does not deduplicate (or a token past its key memory),
+	// asks it what an earlier attempt did under the token after a takeover. Without it, such a
+	// takeover fails with OutcomeUnknownError instead of guessing.
+	Reconcile ReconcileFunc
+}
+
+// Defaults of the downstream's properties in Call and Options.
+const (
+	// DownstreamKeyMemoryDefault is Stripe's: idempotency keys are kept for at least 24 hours.
+	DownstreamKeyMemoryDefault = 24 * time.Hour
+	// DownstreamSettleTimeDefault covers a request held by the downstream past the attempt's
+	// timeout and the lag of a search index such as Stripe's (up to a minute).
+	DownstreamSettleTimeDefault = time.Minute
+)
+
+func (c Call) keyMemory() time.Duration {
+	return cmp.Or(max(c.DownstreamKeyMemory, 0), DownstreamKeyMemoryDefault)
+}
+
+func (c Call) settleTime() time.Duration {
+	return cmp.Or(max(c.DownstreamSettleTime, 0), DownstreamSettleTimeDefault)
+}
+
+// ReconcileFunc asks the downstream what happened under token. It returns the result the
+// earlier attempt produced and found = true when the effect happened; found = false when it
+// certainly did not (the function is then called); or an error. An error never settles the
+// intent, whatever it is: the receipt keeps saying that an effect may have happened, and the
+// attempt fails with a retryable ReconcileError, so that the next one asks again.
+type ReconcileFunc func(ctx context.Context, token keys.Token) (result any, found bool, err error)

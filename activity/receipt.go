@@ -1,0 +1,274 @@
+// Receipts as the state machines read and write them: the row, the outcome columns, replays, and
+// the checks every path makes before it writes. Do (do.go) and the transactional forms (dotx.go)
+// share them.
+
+package activity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+// Receipt states.
+const (
+	StatePending   = "pending"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
+)
+
+// receipt is a receipts row as the state machine needs it.
+type receipt struct {
+	inserted    bool
+	fence       int64
+	reservation pgtype.UUID // NULL on receipts written before reservation identities
+	fingerprint keys.Fingerprint
+	state       string
+	result      []byte
+	failure     []byte
+	errType     *string
+	errMessage  *string
+	// lease is the time left on the lease; negative once it has ended (how long ago), zero on a
+	// finished receipt.
+	lease          time.Duration
+	effectPossible bool
+	// age is how long ago the receipt was first reserved: when its token was first sent.
+	age time.Duration
+}
+
+func scanReceipt(row pgx.Row) (receipt, error) {
+	var (
+		r         receipt
+		fp        []byte
+		fpVersion *int16
+		leaseUS   *int64
+		ageUS     int64
+		state     *string
+	)
+	err := row.Scan(&r.inserted, &r.fence, &r.reservation, &fp, &fpVersion, &state, &r.result, &r.failure,
+		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS)
+	if err != nil {
+		return r, err
+	}
+	if fpVersion != nil {
+		r.fingerprint.Version = *fpVersion
+		copy(r.fingerprint.Sum[:], fp)
+	}
+	if state != nil {
+		r.state = *state
+	}
+	if leaseUS != nil {
+		r.lease = time.Duration(*leaseUS) * time.Microsecond
+	}
+	r.age = time.Duration(ageUS) * time.Microsecond
+	return r, nil
+}
+
+// outcome is a final outcome as receipt columns.
+type outcome struct {
+	state           string
+	result, failure []byte
+	errType, errMsg *string
+}
+
+// size is roughly how many bytes the outcome adds to a statement.
+func (o *outcome) size() int {
+	n := 64 + len(o.result) + len(o.failure)
+	if o.errType != nil {
+		n += len(*o.errType)
+	}
+	if o.errMsg != nil {
+		n += len(*o.errMsg)
+	}
+	return n
+}
+
+// outcome turns a final result or error into receipt columns. A result is stored as the payload
+// the DataConverter made (sealed with Config.Codecs); a failure as the Temporal failure the SDK
+// would send, so that a replay returns its type, message, details and cause.
+func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, error) {
+	if err == nil {
+		var result []byte
+		if p != nil {
+			sealed, err := s.seal(p)
+			if err == nil {
+				result, err = proto.Marshal(sealed)
+			}
+			if err != nil {
+				return outcome{}, fmt.Errorf("encode result for key %s: %w", k, err)
+			}
+		}
+		return outcome{state: StateCompleted, result: result}, nil
+	}
+	f := s.failureOf(err)
+	failure, encErr := proto.Marshal(f)
+	if encErr != nil {
+		return outcome{}, fmt.Errorf("encode failure for key %s: %w", k, encErr)
+	}
+	t := textOf(f.GetApplicationFailureInfo().GetType())
+	m := textOf(f.GetMessage())
+	return outcome{state: StateFailed, failure: failure, errType: &t, errMsg: &m}, nil
+}
+
+// failureOf returns the Temporal failure recorded for a final error, marked non-retryable: the
+// receipt replays it to every later attempt.
+func (s *Store) failureOf(err error) *failurepb.Failure {
+	err = toTemporal(err)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		err = appErr
+	}
+	// An error that came from another failure carries it; clone it before marking it.
+	f := proto.Clone(s.cfg.FailureConverter.ErrorToFailure(err)).(*failurepb.Failure)
+	info := f.GetApplicationFailureInfo()
+	if info == nil {
+		info = &failurepb.ApplicationFailureInfo{Type: fmt.Sprintf("%T", err)}
+		f.FailureInfo = &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: info}
+	}
+	info.NonRetryable = true
+	info.NextRetryDelay = nil
+	// Protobuf strings must be UTF-8: a message carrying bytes from the wire must not keep its
+	// outcome from being recorded.
+	for g := f; g != nil; g = g.GetCause() {
+		g.Message, g.StackTrace = textOf(g.Message), textOf(g.StackTrace)
+		if ai := g.GetApplicationFailureInfo(); ai != nil {
+			ai.Type = textOf(ai.Type)
+		}
+	}
+	return f
+}
+
+// textOf makes s storable in a text column, which refuses NUL and invalid UTF-8: an error
+// message carrying bytes from the wire must not keep its outcome from being recorded (nor, in a
+// batch, anyone else's). Each offending byte becomes U+FFFD.
+func textOf(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+}
+
+// isFinal reports whether err ends the intent for good, so the receipt records it and replays
+// it: a non-retryable application error, or one whose type the activity's retry policy lists as
+// non-retryable. Everything else, ambiguous errors included, is retryable.
+func (s *Store) isFinal(ctx context.Context, err error) bool {
+	var appErr *temporal.ApplicationError
+	if !errors.As(toTemporal(err), &appErr) {
+		return false
+	}
+	if appErr.NonRetryable() {
+		return true
+	}
+	if sdkactivity.IsActivity(ctx) {
+		if rp := sdkactivity.GetInfo(ctx).RetryPolicy; rp != nil {
+			return slices.Contains(rp.NonRetryableErrorTypes, appErr.Type())
+		}
+	}
+	return false
+}
+
+// replay returns what a finished receipt of k recorded. A recorded failure comes back as the
+// non-retryable application error first recorded: its type, message, details and cause. When it
+// was one of this package's own, its typed error is the cause again, so errors.As finds it on
+// every replay.
+func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
+	if r.state == StateFailed {
+		return nil, s.replayFailure(k, r)
+	}
+	if r.result == nil {
+		return nil, nil
+	}
+	p := new(commonpb.Payload)
+	if err := proto.Unmarshal(r.result, p); err != nil {
+		return nil, fmt.Errorf("decode recorded result for key %s: %w", k, err)
+	}
+	return s.open(p)
+}
+
+func (s *Store) replayFailure(k keys.Key, r receipt) error {
+	var cause error
+	switch deref(r.errType) {
+	case ErrTypeOutcomeUnknown:
+		cause = &OutcomeUnknownError{Key: k, Token: k.Token(), Reason: "recorded"}
+	case ErrTypePayloadTooLarge:
+		cause = &PayloadTooLargeError{Key: k, Limit: s.cfg.MaxPayloadBytes}
+	}
+	if cause == nil && r.failure != nil {
+		f := new(failurepb.Failure)
+		if err := proto.Unmarshal(r.failure, f); err == nil {
+			return s.cfg.FailureConverter.FailureToError(f)
+		}
+	}
+	return temporal.NewNonRetryableApplicationError(deref(r.errMessage), deref(r.errType), cause)
+}
+
+func (s *Store) read(ctx context.Context, k keys.Key) (receipt, error) {
+	return s.readOn(ctx, s.receipts, k)
+}
+
+// readOn reads k's receipt through db: DoTx reads on the connection it already holds, since
+// waiting for a second one from the pool could wait forever when every connection is held by a
+// duplicate doing the same.
+func (s *Store) readOn(ctx context.Context, db batcher, k keys.Key) (receipt, error) {
+	return scanReceipt(s.queryRow(ctx, db, s.sql.settings, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
+}
+
+// check validates a call before anything is written or called.
+func (s *Store) check(c Call) error {
+	if err := c.Key.Validate(); err != nil {
+		return err
+	}
+	if c.Fingerprint.Version == 0 {
+		return fmt.Errorf("key %s: %w: the call has no fingerprint; set Call.Fingerprint with keys.FingerprintOf", c.Key, keys.ErrNotCanonicalizable)
+	}
+	// ScheduledAt is stamped by the Temporal server and compared with this worker's clock: skew
+	// of seconds against a retention of days does not matter.
+	if !c.ScheduledAt.IsZero() && time.Since(c.ScheduledAt) > s.cfg.Retention {
+		return &HorizonError{Key: c.Key, Scheduled: c.ScheduledAt, Retention: s.cfg.Retention}
+	}
+	return nil
+}
+
+func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
+	if r.fingerprint == c.Fingerprint {
+		return nil
+	}
+	obs.count(MetricMismatched)
+	return &MismatchError{Key: c.Key, Stored: r.fingerprint, Actual: c.Fingerprint}
+}
+
+func (s *Store) checkSize(k keys.Key, p *commonpb.Payload) error {
+	if p != nil && proto.Size(p) > s.cfg.MaxPayloadBytes {
+		return &PayloadTooLargeError{Key: k, Size: proto.Size(p), Limit: s.cfg.MaxPayloadBytes}
+	}
+	return nil
+}
+
+// encode turns a result into the payload a receipt stores. A nil result stores no payload.
+func (s *Store) encode(k keys.Key, v any) (*commonpb.Payload, error) {
+	if v == nil {
+		return nil, nil
+	}
+	p, err := s.cfg.DataConverter.ToPayload(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode result for key %s: %w", k, err)
+	}
+	return p, s.checkSize(k, p)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
