@@ -23,7 +23,7 @@ import (
 // The worker must have NewInterceptor installed; an activity that runs without it fails with a
 // non-retryable ErrTypeMisconfigured error before anything is written. Register returns an error,
 // and registers nothing, for a name that is empty or not a valid key operation, a name already
-// registered on w through this Store, or invalid options.
+// registered on w (through this Store, another Store or by hand), or invalid options.
 func Register[In, Out any](w worker.ActivityRegistry, s *Store, name string, fn func(context.Context, In) (Out, error), opts Options) error {
 	if fn == nil {
 		return fmt.Errorf("activity.Register %q: fn is nil", name)
@@ -81,7 +81,9 @@ func (s *Store) register(w worker.ActivityRegistry, name string, opts Options, w
 	if r.names[w][name] {
 		return fmt.Errorf("activity.Register %q: already registered on this worker; register each activity once", name)
 	}
-	w.RegisterActivityWithOptions(wrapped, sdkactivity.RegisterOptions{Name: name})
+	if err := registerOn(w, name, wrapped); err != nil {
+		return err
+	}
 	if r.names == nil {
 		r.names = make(map[worker.ActivityRegistry]map[string]bool)
 	}
@@ -89,5 +91,17 @@ func (s *Store) register(w worker.ActivityRegistry, name string, opts Options, w
 		r.names[w] = make(map[string]bool)
 	}
 	r.names[w][name] = true
+	return nil
+}
+
+// registerOn registers wrapped under name, turning the SDK's panic on a name that w already holds
+// (an activity registered by hand, or through another Store) into an error.
+func registerOn(w worker.ActivityRegistry, name string, wrapped any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("activity.Register %q: %v; register each activity once", name, p)
+		}
+	}()
+	w.RegisterActivityWithOptions(wrapped, sdkactivity.RegisterOptions{Name: name})
 	return nil
 }

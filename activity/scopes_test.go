@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,18 @@ func scopeWorkflow(ctx workflow.Context, mode string, generation int) (string, e
 	return token, nil
 }
 
+// localWorkflow charges in a local activity whose first attempt fails, with a retry backoff
+// longer than the workflow task timeout: the SDK retries it by timer, under a new activity ID.
+func localWorkflow(ctx workflow.Context) (string, error) {
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 1, MaximumAttempts: 2},
+	})
+	var token string
+	err := workflow.ExecuteLocalActivity(keys.WithStep(ctx, "charge"), "LocalCharge", struct{}{}).Get(ctx, &token)
+	return token, err
+}
+
 // updateWorkflow charges from its "pay" update handler, keyed by the update's ID. After its first
 // update it continues as new, so that the update can be delivered again to the next run.
 func updateWorkflow(ctx workflow.Context, generation int) error {
@@ -127,6 +140,22 @@ func TestScopesOnTheDevServer(t *testing.T) {
 	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	w.RegisterWorkflow(scopeWorkflow)
 	w.RegisterWorkflow(updateWorkflow)
+	w.RegisterWorkflow(localWorkflow)
+	var (
+		localMu  sync.Mutex
+		localIDs []string // the activity ID and token of each LocalCharge attempt
+	)
+	require.NoError(t, activity.Register(w, s, "LocalCharge", func(ctx context.Context, in struct{}) (string, error) {
+		localMu.Lock()
+		tok, _ := keys.TokenFrom(ctx)
+		localIDs = append(localIDs, sdkactivity.GetInfo(ctx).ActivityID+" "+string(tok))
+		first := len(localIDs) == 1
+		localMu.Unlock()
+		if first {
+			return "", errors.New("the provider answered 502")
+		}
+		return e.charge(ctx, in)
+	}, activity.Options{DownstreamDeduplicates: true}))
 	w.RegisterActivityWithOptions(e.note, sdkactivity.RegisterOptions{Name: "Note"})
 	require.NoError(t, activity.Register(w, s, "Charge", e.charge, activity.Options{DownstreamDeduplicates: true}))
 	require.NoError(t, w.Start())
@@ -197,6 +226,25 @@ func TestScopesOnTheDevServer(t *testing.T) {
 			require.Contains(t, n, "retries a cron run")
 			require.Contains(t, n, activity.ErrTypeInvalidKey, "a plain activity (Note) still runs in the refused run")
 		}
+	})
+
+	t.Run("LocalActivityRetriedByTimerKeepsItsKey", func(t *testing.T) {
+		t.Parallel()
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "local", TaskQueue: queue, WorkflowTaskTimeout: time.Second}, localWorkflow)
+		require.NoError(t, err)
+		var token string
+		require.NoError(t, run.Get(ctx, &token))
+		localMu.Lock()
+		ids := append([]string(nil), localIDs...)
+		localMu.Unlock()
+		require.Len(t, ids, 2)
+		id0, tok0, _ := strings.Cut(ids[0], " ")
+		id1, tok1, _ := strings.Cut(ids[1], " ")
+		require.NotEqual(t, id0, id1, "the SDK did not retry the local activity by timer")
+		require.Equal(t, tok0, tok1, "the timer retry got another key")
+		require.Equal(t, token, tok1)
+		tokens, _ := e.of("local")
+		require.Equal(t, []string{token}, tokens)
 	})
 
 	t.Run("UpdateAfterContinueAsNewReplays", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -117,6 +118,13 @@ func TestRegisterRefusesMisuse(t *testing.T) {
 	require.ErrorContains(t, activity.RegisterTx[ChargeRequest, Charge](env, s, "NilTx", nil, activity.Options{}), "nil")
 	var nilStore *activity.Store
 	require.ErrorContains(t, activity.Register(env, nilStore, "NilStore", p.charge, activity.Options{}), "Store is nil")
+	// A real worker panics on a name registered twice; Register says so instead.
+	lazy, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	require.NoError(t, err)
+	defer lazy.Close()
+	w := worker.New(lazy, "q", worker.Options{})
+	w.RegisterActivityWithOptions(p.charge, sdkactivity.RegisterOptions{Name: "Plain"})
+	require.ErrorContains(t, activity.Register(w, s, "Plain", p.charge, activity.Options{}), "already registered")
 	// The same name on another worker is fine: each worker registers its own activities.
 	require.NoError(t, activity.Register(newActivityEnv("charge", "order-1"), s, "Charge", p.charge, activity.Options{}))
 

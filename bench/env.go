@@ -54,7 +54,7 @@ func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
 }
 
 // prepare creates the benchmark schema afresh: the receipts table, a table for bare INSERTs, and
-// the stock and outbox tables of the DoTx business transaction.
+// the stock and outbox tables of the DoInNewTx business transaction.
 func prepare(ctx context.Context, d *db) {
 	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 		fatalf("drop schema: %v", err)
@@ -223,7 +223,7 @@ func insert(p *pgxpool.Pool) op {
 	}
 }
 
-// business is DoTx's benchmark transaction: take a unit of stock, queue a shipment.
+// business is DoInNewTx's benchmark transaction: take a unit of stock, queue a shipment.
 func business(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var left int64
 	sku := fmt.Sprint("sku-", 1+seq.Add(1)%64)

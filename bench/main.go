@@ -105,7 +105,7 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 		{name: "floor", op: floor(db.pool, d)},
 		{name: "SELECT 1", op: selectOne(db.pool)},
 		{name: "replay", op: replay(db.store, d)},
-		{name: "DoTx", op: doTx(db.store)},
+		{name: "DoInNewTx", op: doTx(db.store)},
 		{name: "bare transaction", op: bareTx(db.pool)},
 	}
 	s := interleave(ctx, rounds, benches...)
@@ -117,7 +117,7 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	t.set("1", "the floor's overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[flr] - r[call]) / 1e3 }), micros, "")
 	t.set("2", "replay ÷ SELECT 1", col, perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.3")
-	t.set("3", "DoTx ÷ the same transaction without tempotent", col,
+	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col,
 		perRound(s, func(r []float64) float64 { return r[dotx] / r[tx] }), ratio, "≤ 1.1")
 
 	stats := db.pool
@@ -131,7 +131,7 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	t.setJudged("2", "replay: WAL syncs", col, c.walSyncs, number, "= 0", 1)
 	bareTxCosts := count(ctx, stats, db.counter, 200, benches[tx].op)
 	c = count(ctx, stats, db.counter, 200, benches[dotx].op)
-	t.set("3", "DoTx: round trips, more than the bare transaction's", col, c.roundTrips-bareTxCosts.roundTrips, number, "")
+	t.set("3", "DoInNewTx: round trips, more than the bare transaction's", col, c.roundTrips-bareTxCosts.roundTrips, number, "")
 }
 
 // throughput: row 4, receipts per second from concurrent workers against bare durable INSERTs.

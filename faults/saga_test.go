@@ -81,8 +81,8 @@ func TestRow21CompensationWhileForwardInFlight(t *testing.T) {
 }
 
 // Row 14: the workflow is reset to before the charge with `temporal workflow reset`. The new
-// run has a new run ID and the same OriginalRunID, so the reset-safe keys are the same: the
-// receipts replay and the provider is not called again.
+// run has a new run ID and the same epoch (the chain's FirstRunID, which Reset keeps), so the
+// workflow-scope keys are the same: the receipts replay and the provider is not called again.
 func TestRow14ResetAfterCharge(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	w.startWorker()
@@ -101,7 +101,7 @@ func TestRow14ResetAfterCharge(t *testing.T) {
 	require.Len(t, w.charges(o.ID), 1, "the reset charged again")
 	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(first, "charge")], "the reset run called the provider")
 	require.Len(t, w.carrierLedger().Charges, 1, "the reset booked a second shipment")
-	// The guard itself: the reset run's keys are the first run's (OriginalRunID, not RunID),
+	// The guard itself: the reset run's keys are the first run's (the epoch, not the RunID),
 	// so it found every receipt and wrote none.
 	require.Len(t, w.receiptRows("charge", ""), 1, "the reset run's charge has a receipt of its own")
 	require.Equal(t, before, w.receiptCount(), "the reset run wrote receipts of its own")

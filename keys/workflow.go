@@ -43,7 +43,8 @@ func WithID(ctx workflow.Context, id string) workflow.Context {
 // WithRunScope keys the activities scheduled with the returned context by this run alone, as
 // Temporal's documentation advises (run ID and the activity's place in the run): stable across the
 // activity's retries, new after a Reset, a workflow retry or a Continue-As-New. Use it for effects
-// that a reset workflow should perform again.
+// that a reset workflow should perform again. WithID, when also set, wins: an explicit business
+// key is the same intent in every run.
 func WithRunScope(ctx workflow.Context) workflow.Context {
 	return workflow.WithValue(ctx, runScopeKey{}, true)
 }

@@ -12,22 +12,24 @@ const (
 // Outcome is what the workflow knows of a forward step.
 type Outcome string
 
+// Outcomes of a forward step.
 const (
 	OutcomeScheduled Outcome = "scheduled" // the forward activity has not settled
-	OutcomeCompleted Outcome = "completed"
-	OutcomeFailed    Outcome = "failed"  // a non-retryable error: the effect did not happen
-	OutcomeUnknown   Outcome = "unknown" // timed out, cancelled or out of retries: it may have happened
+	OutcomeCompleted Outcome = "completed" // its result came back: the effect happened
+	OutcomeFailed    Outcome = "failed"    // a non-retryable error: the effect did not happen
+	OutcomeUnknown   Outcome = "unknown"   // timed out, cancelled or out of retries: it may have happened
 )
 
 // CompensationStatus is where a step's compensation stands.
 type CompensationStatus string
 
+// Statuses of a step's compensation.
 const (
 	CompensationRegistered CompensationStatus = "registered" // will run if the saga compensates
-	CompensationRunning    CompensationStatus = "running"
-	CompensationCompleted  CompensationStatus = "completed"
-	CompensationFailed     CompensationStatus = "failed"
-	CompensationSkipped    CompensationStatus = "skipped"
+	CompensationRunning    CompensationStatus = "running"    // scheduled, retried until it settles
+	CompensationCompleted  CompensationStatus = "completed"  // the undo is done (or there was nothing to undo)
+	CompensationFailed     CompensationStatus = "failed"     // failed for good: CompensationError names it
+	CompensationSkipped    CompensationStatus = "skipped"    // not run: an earlier compensation failed
 )
 
 // State is the saga's record, as the query handler returns it.
