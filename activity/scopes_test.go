@@ -203,8 +203,8 @@ func TestScopesOnTheDevServer(t *testing.T) {
 		require.NoError(t, err)
 		var token string
 		require.Eventually(t, func() bool {
-			d, err := c.DescribeWorkflowExecution(ctx, "reset", reset.RunId)
-			return err == nil && d.PendingActivities == nil && d.WorkflowExecutionInfo.GetHistoryLength() > 6
+			d, err := c.DescribeWorkflow(ctx, "reset", reset.RunId)
+			return err == nil && d.RawResponse.PendingActivities == nil && d.RawResponse.WorkflowExecutionInfo.GetHistoryLength() > 6
 		}, 30*time.Second, 100*time.Millisecond)
 		require.NoError(t, c.SignalWorkflow(ctx, "reset", reset.RunId, "finish", nil))
 		require.NoError(t, c.GetWorkflow(ctx, "reset", reset.RunId).Get(ctx, &token))
@@ -263,9 +263,13 @@ func TestScopesOnTheDevServer(t *testing.T) {
 		// Wait for the next run, then deliver the same update again: Temporal deduplicates update
 		// IDs within a run only.
 		require.Eventually(t, func() bool {
-			d, err := c.DescribeWorkflowExecution(ctx, "update", "")
-			return err == nil && d.WorkflowExecutionInfo.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING &&
-				d.WorkflowExecutionInfo.GetExecution().GetRunId() != d.WorkflowExecutionInfo.GetFirstRunId()
+			d, err := c.DescribeWorkflow(ctx, "update", "")
+			if err != nil {
+				return false
+			}
+			info := d.RawResponse.GetWorkflowExecutionInfo()
+			return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING &&
+				info.GetExecution().GetRunId() != info.GetFirstRunId()
 		}, 30*time.Second, 100*time.Millisecond)
 		again := pay()
 		require.Equal(t, first, again)
