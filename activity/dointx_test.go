@@ -132,7 +132,7 @@ func TestDoInTx(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Its stock UPDATE waits for first's row lock, its INSERT for first's receipt.
+				// It reads only; its receipt INSERT waits at the unique index for first's receipt.
 				secondOut, secondErr = activity.DoInTx(ctx, s, second, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					var n int
 					err := tx.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox").Scan(&n)
