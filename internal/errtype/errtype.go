@@ -35,3 +35,9 @@ const (
 	SagaStep           = "tempotent.SagaStep"           // a step that could not be scheduled: non-retryable
 	CompensationFailed = "tempotent.CompensationFailed" // non-retryable
 )
+
+// Messages (the inbox package).
+const (
+	InboxInProgress = "tempotent.InboxInProgress" // retryable
+	InboxMismatch   = "tempotent.InboxMismatch"   // non-retryable
+)

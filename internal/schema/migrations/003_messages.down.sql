@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.inbox;
+DROP TABLE {{schema}}.outbox;
