@@ -36,7 +36,7 @@ type Charge struct {
 	Token       string `json:"token"` // the idempotency token it was made under
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`
-	Status      string `json:"status"` // "succeeded"
+	Status      string `json:"status"` // "succeeded"; "processing" while an asynchronous charge awaits confirmation, then "succeeded" or "failed"
 	Refunded    bool   `json:"refunded"`
 	Description string `json:"description,omitempty"`
 }

@@ -1,6 +1,7 @@
 package fakepay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -58,7 +59,8 @@ func (c *Client) Refund(ctx context.Context, chargeToken keys.Token) (downstream
 	if err != nil {
 		return downstream.Refund{}, err
 	}
-	if !found {
+	if !found || ch.Status == "failed" {
+		// An asynchronous charge that failed moved no money: there is nothing to refund.
 		return downstream.Refund{Status: downstream.RefundNoCharge}, nil
 	}
 	var rf refund
@@ -94,6 +96,37 @@ func (c *Client) Ledger(ctx context.Context) (Ledger, error) {
 	return l, c.do(ctx, http.MethodGet, "/ledger", nil, &l)
 }
 
+// ReplayWebhook has the server send the webhook event eventID again: the same ID and body,
+// under a fresh signature. Every call sends it once more. An unknown event is a non-retryable
+// ErrTypeRejected error with code resource_missing.
+func (c *Client) ReplayWebhook(ctx context.Context, eventID string) error {
+	_, err := c.replay(ctx, map[string]any{"event": eventID})
+	return err
+}
+
+// ReplayAllWebhooks has the server send every webhook event it has created again, as
+// ReplayWebhook does for one, and returns their IDs.
+func (c *Client) ReplayAllWebhooks(ctx context.Context) ([]string, error) {
+	return c.replay(ctx, map[string]any{"all": true})
+}
+
+func (c *Client) replay(ctx context.Context, what map[string]any) ([]string, error) {
+	raw, _ := json.Marshal(what)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/webhooks/replay", bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	// A replay is meant to send again, so it is not deduplicated and needs no token. The key
+	// only satisfies downstream.Transport, which refuses an unsafe request without one.
+	req.Header.Set(downstream.HeaderDefault, "fakepay-webhook-replay")
+	var out struct {
+		Replayed []string `json:"replayed"`
+	}
+	err = c.send(req, &out)
+	return out.Replayed, err
+}
+
 func (c *Client) do(ctx context.Context, method, path string, form url.Values, out any) error {
 	var body io.Reader
 	if form != nil {
@@ -106,6 +139,12 @@ func (c *Client) do(ctx context.Context, method, path string, form url.Values, o
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	return c.send(req, out)
+}
+
+// send runs req and decodes its JSON answer into out; a failure is classified by
+// downstream.Check.
+func (c *Client) send(req *http.Request, out any) error {
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Transport: &downstream.Transport{}}
@@ -116,7 +155,7 @@ func (c *Client) do(ctx context.Context, method, path string, form url.Values, o
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+		return fmt.Errorf("%s %s: decode response: %w", req.Method, req.URL.Path, err)
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ func start(t *testing.T, cfg *fakepay.Config) (*fakepay.Server, *fakepay.Client)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
+	t.Cleanup(srv.Close) // runs first: stops the webhook sender while its receiver is still up
 	return srv, fakepay.NewClient(hs.URL)
 }
 
@@ -173,6 +174,9 @@ func TestFaults(t *testing.T) {
 		f, err := fakepay.ParseFaults("fail_500=2, rate_limit=1, retry_after=2s, slow=10ms, decline, drop=1, ignore_keys")
 		require.NoError(t, err)
 		require.Equal(t, fakepay.Faults{Fail500: 2, RateLimit: 1, RetryAfter: 2 * time.Second, Slow: 10 * time.Millisecond, Decline: true, Drop: 1, IgnoreKeys: true}, f)
+		f, err = fakepay.ParseFaults("webhook_duplicate=2,webhook_delay=300ms,webhook_reorder,webhook_fail=1")
+		require.NoError(t, err)
+		require.Equal(t, fakepay.Faults{WebhookDuplicate: 2, WebhookDelay: 300 * time.Millisecond, WebhookReorder: true, WebhookFail: 1}, f)
 		_, err = fakepay.ParseFaults("explode")
 		require.ErrorContains(t, err, "unknown fault")
 	})

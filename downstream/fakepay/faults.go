@@ -12,6 +12,10 @@ const FaultHeader = "Fakepay-Fault"
 
 // Faults are the failures fakepay injects. Counted faults apply to the first N requests of each
 // idempotency key, so a retry with the same key eventually gets through.
+//
+// The Webhook faults act on webhook deliveries (see WebhookConfig), which belong to no request:
+// they are read from the run's faults (Config.Faults, PUT /faults, -faults) when a delivery is
+// queued or sent, never from a request's FaultHeader.
 type Faults struct {
 	// Fail500 answers 500 to the first N requests of a key before anything happens, as a load
 	// balancer in front of the provider would; nothing is stored, so a retry proceeds.
@@ -34,10 +38,28 @@ type Faults struct {
 	// executed and a request sent twice charges twice. A caller finds its charges through the
 	// token in their metadata (GET /v1/charges/search), as a reconcile function does.
 	IgnoreKeys bool `json:"ignore_keys,omitempty"`
+
+	// WebhookDuplicate sends each event N extra times: the first copy together with the event's
+	// first delivery (concurrently, so a receiver sees both at once), the others queued behind.
+	// Each copy is delivered at least once, like the event itself.
+	WebhookDuplicate int `json:"webhook_duplicate,omitempty"`
+	// WebhookDelay holds each delivery (a copy and a replay too) for a random time up to it
+	// before its first attempt. Deliveries go out as they fall due, so events may overtake one
+	// another.
+	WebhookDelay time.Duration `json:"webhook_delay,omitempty"`
+	// WebhookReorder sends the due deliveries in random order rather than in the order queued:
+	// events of one charge too, so charge.refunded may arrive before charge.succeeded. It
+	// shuffles what is waiting, which takes a slow receiver or WebhookDelay.
+	WebhookReorder bool `json:"webhook_reorder,omitempty"`
+	// WebhookFail sends the first N attempts of each event and then treats each answer as lost,
+	// whatever it was: the receiver got the event, yet fakepay sends it again, as Stripe does
+	// when its connection breaks before the answer. Ledger.Webhooks.Delivered counts those 2xx.
+	WebhookFail int `json:"webhook_fail,omitempty"`
 }
 
 // ParseFaults reads faults written as comma-separated fields: "fail_500=2", "rate_limit=1",
-// "retry_after=2s", "slow=200ms", "decline", "drop=1", "ignore_keys".
+// "retry_after=2s", "slow=200ms", "decline", "drop=1", "ignore_keys", "webhook_duplicate=2",
+// "webhook_delay=500ms", "webhook_reorder", "webhook_fail=1".
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for field := range strings.SplitSeq(s, ",") {
@@ -59,8 +81,17 @@ func ParseFaults(s string) (Faults, error) {
 			f.Drop, err = strconv.Atoi(value)
 		case "ignore_keys":
 			f.IgnoreKeys = true
+		case "webhook_duplicate":
+			f.WebhookDuplicate, err = strconv.Atoi(value)
+		case "webhook_delay":
+			f.WebhookDelay, err = time.ParseDuration(value)
+		case "webhook_reorder":
+			f.WebhookReorder = true
+		case "webhook_fail":
+			f.WebhookFail, err = strconv.Atoi(value)
 		default:
-			err = fmt.Errorf("unknown fault %q (known: fail_500, rate_limit, retry_after, slow, decline, drop, ignore_keys)", name)
+			err = fmt.Errorf("unknown fault %q (known: fail_500, rate_limit, retry_after, slow, decline, drop, ignore_keys, "+
+				"webhook_duplicate, webhook_delay, webhook_reorder, webhook_fail)", name)
 		}
 		if err != nil {
 			return Faults{}, fmt.Errorf("fault %q: %w", field, err)
@@ -91,6 +122,18 @@ func (f Faults) merge(o Faults) Faults {
 	}
 	if o.IgnoreKeys {
 		f.IgnoreKeys = true
+	}
+	if o.WebhookDuplicate > 0 {
+		f.WebhookDuplicate = o.WebhookDuplicate
+	}
+	if o.WebhookDelay > 0 {
+		f.WebhookDelay = o.WebhookDelay
+	}
+	if o.WebhookReorder {
+		f.WebhookReorder = true
+	}
+	if o.WebhookFail > 0 {
+		f.WebhookFail = o.WebhookFail
 	}
 	return f
 }

@@ -2,6 +2,7 @@ package fakepay
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,49 @@ type Config struct {
 	Retention time.Duration
 	// Faults apply to every request, merged with the request's own FaultHeader.
 	Faults Faults
+	// Webhooks configures webhook events and asynchronous charges; see WebhookConfig.
+	Webhooks WebhookConfig
+}
+
+// withDefaults returns c with its defaults applied.
+func (c Config) withDefaults() Config {
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	w := &c.Webhooks
+	w.AsyncDelay = cmp.Or(w.AsyncDelay, AsyncDelayDefault)
+	w.RetryMin = cmp.Or(w.RetryMin, WebhookRetryMinDefault)
+	w.RetryMax = cmp.Or(w.RetryMax, max(WebhookRetryMaxDefault, w.RetryMin))
+	w.MaxAge = cmp.Or(w.MaxAge, WebhookMaxAgeDefault)
+	w.Timeout = cmp.Or(w.Timeout, WebhookTimeoutDefault)
+	return c
+}
+
+// validate names the first field of c (with defaults) that cannot work.
+func (c Config) validate() error {
+	w := c.Webhooks
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"Retention", c.Retention}, {"Webhooks.AsyncDelay", w.AsyncDelay}, {"Webhooks.RetryMin", w.RetryMin},
+		{"Webhooks.RetryMax", w.RetryMax}, {"Webhooks.MaxAge", w.MaxAge}, {"Webhooks.Timeout", w.Timeout},
+	} {
+		if f.d < 0 {
+			return fmt.Errorf("fakepay: Config.%s cannot be less than zero, got %v", f.name, f.d)
+		}
+	}
+	if w.RetryMax < w.RetryMin {
+		return fmt.Errorf("fakepay: Config.Webhooks.RetryMax (%v) cannot be less than RetryMin (%v)", w.RetryMax, w.RetryMin)
+	}
+	if w.URL == "" {
+		return nil
+	}
+	if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("fakepay: Config.Webhooks.URL %q is not an http or https URL", w.URL)
+	}
+	if w.Secret == "" {
+		return errors.New("fakepay: Config.Webhooks.Secret is required with Webhooks.URL: every delivery is signed with it")
+	}
+	return nil
 }
 
 // Server is a fake payment provider with Stripe's idempotency contract, speaking a subset of
@@ -41,15 +85,26 @@ type Config struct {
 //	POST /v1/refunds            charge
 //	GET  /v1/charges/{id}
 //	GET  /v1/charges/search     query=metadata['tempotent_token']:'<token>'
-//	GET  /ledger                every charge and refund, and counts per key and per token
+//	GET  /ledger                every charge and refund, counts per key and per token, webhook counts
 //	PUT  /faults                set the run's Faults (JSON)
+//	POST /webhooks/replay       {"event":"evt_..."} or {"all":true}: send events again (JSON)
 //
-// Every POST needs an Idempotency-Key. The first response per key (declines and stored 500s
-// too) is stored and replayed; a request that reuses a key with other parameters gets 400
+// Every POST to /v1 needs an Idempotency-Key. The first response per key (declines and stored
+// 500s too) is stored and replayed; a request that reuses a key with other parameters gets 400
 // idempotency_error; a duplicate that arrives while the first is in flight gets 409; keys are
 // forgotten after the retention. (The fault ignore_keys turns all of this off, for a provider
 // that does not deduplicate.) The source "tok_chargeDeclined" declines, as in Stripe's test
 // mode. Refunding an already refunded charge answers charge_already_refunded.
+//
+// The sources "tok_async" and "tok_asyncDeclined" make a charge that is answered (and stored)
+// as "processing" and becomes "succeeded" or "failed" after WebhookConfig.AsyncDelay; GET and
+// search show its status of the moment. Refunding a processing charge answers 400
+// charge_not_settled (retry once it has succeeded); refunding a failed one answers 400
+// charge_not_refundable. With WebhookConfig.URL, each change of a charge is sent as a signed,
+// Stripe-shaped webhook event (see WebhookConfig); POST /webhooks/replay sends events again.
+//
+// Webhooks and asynchronous charges run in background goroutines, started when first needed;
+// call Close to stop them.
 type Server struct {
 	cfg Config
 
@@ -59,6 +114,16 @@ type Server struct {
 	faultN    map[string]int // "<fault>/<key>" → times applied
 	requests  map[string]int // idempotency key → POSTs received since start
 	conflicts map[string]int // idempotency key → 409s answered since start
+
+	// The background goroutines: the webhook sender and the settler of processing charges.
+	ctx         context.Context // cancelled by Close
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	started     bool // under mu
+	closed      bool // under mu
+	wakeSender  chan struct{}
+	wakeSettler chan struct{}
+	webhookHTTP *http.Client
 }
 
 // state is what survives a restart when StatePath is set.
@@ -68,6 +133,11 @@ type state struct {
 	Refunds []*refund         `json:"refunds"`
 	Keys    map[string]*entry `json:"keys"`
 	Faults  Faults            `json:"faults"`
+
+	Settling   []settlement  `json:"settling,omitempty"`   // processing charges, in the order made
+	Events     []*event      `json:"events,omitempty"`     // every webhook event, in the order created
+	Deliveries []*delivery   `json:"deliveries,omitempty"` // pending, in the order queued
+	Webhooks   webhookCounts `json:"webhooks"`
 }
 
 type charge struct {
@@ -101,14 +171,19 @@ type entry struct {
 	Created time.Time       `json:"created"`
 }
 
-// New returns a Server, loading its state from cfg.StatePath when that file exists.
+// New returns a Server, loading its state from cfg.StatePath when that file exists. When that
+// state has pending webhook deliveries or processing charges, their goroutines start at once.
 func New(cfg *Config) (*Server, error) {
 	s := &Server{inFlight: map[string]bool{}, faultN: map[string]int{}, requests: map[string]int{}, conflicts: map[string]int{},
-		st: state{Keys: map[string]*entry{}}}
+		st:         state{Keys: map[string]*entry{}, Webhooks: webhookCounts{Answered: map[string]int{}}},
+		wakeSender: make(chan struct{}, 1), wakeSettler: make(chan struct{}, 1), webhookHTTP: newWebhookHTTP()}
 	if cfg != nil {
 		s.cfg = *cfg
 	}
-	s.cfg.Retention = cmp.Or(s.cfg.Retention, RetentionDefault)
+	s.cfg = s.cfg.withDefaults()
+	if err := s.cfg.validate(); err != nil {
+		return nil, err
+	}
 	if s.cfg.StatePath != "" {
 		raw, err := os.ReadFile(s.cfg.StatePath)
 		switch {
@@ -122,10 +197,44 @@ func New(cfg *Config) (*Server, error) {
 			if s.st.Keys == nil {
 				s.st.Keys = map[string]*entry{}
 			}
+			if s.st.Webhooks.Answered == nil {
+				s.st.Webhooks.Answered = map[string]int{}
+			}
 		}
 	}
 	s.st.Faults = s.st.Faults.merge(s.cfg.Faults)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if len(s.st.Settling) > 0 || len(s.st.Deliveries) > 0 {
+		s.background()
+	}
 	return s, nil
+}
+
+// background starts the webhook sender and the settler the first time there is work for them,
+// so that a Server that never has any needs no Close. It is called under s.mu (or before s is
+// shared).
+func (s *Server) background() {
+	if s.started || s.closed {
+		return
+	}
+	s.started = true
+	s.wg.Add(2)
+	go s.sender(s.ctx)
+	go s.settler(s.ctx)
+}
+
+// Close stops the webhook sender and the settler, and waits for them; an attempt in flight is
+// cancelled and counts as failed. What they leave stays in the state: a Server started on the
+// same StatePath sends the pending deliveries and settles the processing charges. Requests are
+// still served after Close, but their deliveries and settlements wait for that next Server.
+// Close is safe to call more than once.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.webhookHTTP.CloseIdleConnections()
 }
 
 var chargePath = regexp.MustCompile(`^/v1/charges/(ch_[A-Za-z0-9]+)$`)
@@ -159,6 +268,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/charges" || r.URL.Path == "/v1/refunds"):
 		s.post(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/webhooks/replay":
+		s.replay(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "unknown endpoint "+r.Method+" "+r.URL.Path)
 	}
@@ -281,6 +392,11 @@ func (s *Server) charge(key string, form url.Values, decline bool) (int, any) {
 		Metadata: metadata(form), Key: key,
 	}
 	s.st.Charges = append(s.st.Charges, c)
+	if _, async := asyncSources[c.Source]; async {
+		s.startProcessing(c)
+	} else {
+		s.emit(EventChargeSucceeded, c)
+	}
 	return http.StatusOK, c
 }
 
@@ -291,11 +407,16 @@ func (s *Server) refund(key string, form url.Values) (int, any) {
 		return http.StatusNotFound, errorBody("invalid_request_error", "resource_missing", "No such charge: "+form.Get("charge"))
 	case c.Refunded:
 		return http.StatusBadRequest, errorBody("invalid_request_error", "charge_already_refunded", "Charge "+c.ID+" has already been refunded.")
+	case c.Status == "processing":
+		return http.StatusBadRequest, errorBody("invalid_request_error", "charge_not_settled", "Charge "+c.ID+" is still processing; refund it once it has succeeded.")
+	case c.Status == "failed":
+		return http.StatusBadRequest, errorBody("invalid_request_error", "charge_not_refundable", "Charge "+c.ID+" failed; there is nothing to refund.")
 	}
 	s.st.Seq++
 	c.Refunded = true
 	rf := &refund{ID: fmt.Sprintf("re_%08d", s.st.Seq), Object: "refund", Charge: c.ID, Amount: c.Amount, Currency: c.Currency, Status: "succeeded", Key: key}
 	s.st.Refunds = append(s.st.Refunds, rf)
+	s.emit(EventChargeRefunded, c)
 	return http.StatusOK, rf
 }
 
@@ -331,8 +452,8 @@ func (s *Server) findCharge(id string) *charge {
 type Ledger struct {
 	Charges []LedgerCharge `json:"charges"`
 	Refunds []LedgerRefund `json:"refunds"`
-	// ChargesByToken counts charges per tempotent token (metadata): more than one is a
-	// duplicate charge of one intent.
+	// ChargesByToken counts charges per tempotent token (metadata), whatever their status: more
+	// than one is a duplicate charge of one intent.
 	ChargesByToken map[string]int `json:"charges_by_token"`
 	// RefundsByCharge counts refunds per charge: more than one is a duplicate refund.
 	RefundsByCharge map[string]int `json:"refunds_by_charge"`
@@ -342,6 +463,27 @@ type Ledger struct {
 	// ConflictsByKey counts the 409s answered per idempotency key since this process started:
 	// duplicates that arrived while the key's first request was in flight.
 	ConflictsByKey map[string]int `json:"conflicts_by_key"`
+	// Webhooks counts the webhook events and their deliveries.
+	Webhooks LedgerWebhooks `json:"webhooks"`
+}
+
+// LedgerWebhooks counts webhook events and their deliveries. The counts are part of the state,
+// so, unlike RequestsByKey, they survive a restart.
+type LedgerWebhooks struct {
+	// EventsByType counts the events created per type: one per change of a charge.
+	EventsByType map[string]int `json:"events_by_type"`
+	// Attempts counts the deliveries sent, whatever became of them.
+	Attempts int `json:"attempts"`
+	// Delivered counts the attempts answered 2xx, those that WebhookFail then treated as lost
+	// included: each one the receiver accepted.
+	Delivered int `json:"delivered"`
+	// DeliveredByEvent counts the 2xx answers per event ID: more than one is a duplicate that
+	// the receiver had to absorb.
+	DeliveredByEvent map[string]int `json:"delivered_by_event"`
+	// Pending counts the deliveries queued or waiting for a retry.
+	Pending int `json:"pending"`
+	// Abandoned counts the deliveries given up, unanswered, after WebhookConfig.MaxAge.
+	Abandoned int `json:"abandoned"`
 }
 
 // LedgerCharge is one charge in the ledger.
@@ -352,6 +494,7 @@ type LedgerCharge struct {
 	Token       string `json:"token"`
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`
+	Status      string `json:"status"` // "succeeded", or "processing" and "failed" for an asynchronous charge
 	Refunded    bool   `json:"refunded"`
 }
 
@@ -382,7 +525,8 @@ func (s *Server) Ledger() Ledger {
 		ConflictsByKey: maps.Clone(s.conflicts)}
 	for _, c := range s.st.Charges {
 		tok := c.Metadata[downstream.TokenMetadataKey]
-		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency, Refunded: c.Refunded})
+		l.Charges = append(l.Charges, LedgerCharge{ID: c.ID, Description: c.Description, Key: c.Key, Token: tok, Amount: c.Amount, Currency: c.Currency,
+			Status: c.Status, Refunded: c.Refunded})
 		if tok != "" {
 			l.ChargesByToken[tok]++
 		}
@@ -390,6 +534,19 @@ func (s *Server) Ledger() Ledger {
 	for _, r := range s.st.Refunds {
 		l.Refunds = append(l.Refunds, LedgerRefund{ID: r.ID, Key: r.Key, Charge: r.Charge, Amount: r.Amount})
 		l.RefundsByCharge[r.Charge]++
+	}
+	l.Webhooks = s.webhookLedger()
+	return l
+}
+
+func (s *Server) webhookLedger() LedgerWebhooks {
+	l := LedgerWebhooks{EventsByType: map[string]int{}, Attempts: s.st.Webhooks.Attempts, DeliveredByEvent: maps.Clone(s.st.Webhooks.Answered),
+		Pending: len(s.st.Deliveries), Abandoned: s.st.Webhooks.Abandoned}
+	for _, e := range s.st.Events {
+		l.EventsByType[e.Type]++
+	}
+	for _, n := range l.DeliveredByEvent {
+		l.Delivered += n
 	}
 	return l
 }
