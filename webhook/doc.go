@@ -1,0 +1,23 @@
+// Package webhook receives a provider's webhooks so that each event reaches its workflow once:
+// Handler verifies the signature over the exact bytes received, remembers the delivery ID per
+// tenant and source, and puts the event in the outbox, all before it answers 2xx; a Dispatcher
+// with an outbox.TemporalPublisher then hands it to Temporal, whose own deduplication (a
+// workflow ID, an update ID derived from the delivery) absorbs a repeated delivery.
+//
+//	out, _ := outbox.New(pool, nil)
+//	h, _ := webhook.NewHandler(pool, out, webhook.HandlerConfig{
+//		Source:   "stripe",
+//		Verifier: webhook.Stripe{Secrets: []string{os.Getenv("STRIPE_WEBHOOK_SECRET")}},
+//	})
+//	http.Handle("POST /webhooks/stripe", h)
+//
+// A crash before the commit loses nothing (the provider gets no 2xx and retries); a crash after
+// it loses nothing either (the outbox delivers). A forged, stale, oversized or malformed delivery
+// is answered 4xx with nothing stored and nothing started; a replayed one is answered 200 and
+// stored once.
+//
+// Verifiers: Stripe (the Stripe-Signature scheme) and StandardWebhooks (webhook-id,
+// webhook-timestamp, webhook-signature), each with several secrets at once for rotation, a
+// timestamp tolerance, and constant-time comparison. SignStripe and SignStandardWebhooks sign
+// deliveries for tests.
+package webhook
