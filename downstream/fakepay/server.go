@@ -3,6 +3,8 @@ package fakepay
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,11 +130,13 @@ type Server struct {
 
 // state is what survives a restart when StatePath is set.
 type state struct {
-	Seq     int               `json:"seq"`
-	Charges []*charge         `json:"charges"`
-	Refunds []*refund         `json:"refunds"`
-	Keys    map[string]*entry `json:"keys"`
-	Faults  Faults            `json:"faults"`
+	// Instance tells this ledger's event IDs from another's (WebhookConfig.EventIDPrefix).
+	Instance string            `json:"instance"`
+	Seq      int               `json:"seq"`
+	Charges  []*charge         `json:"charges"`
+	Refunds  []*refund         `json:"refunds"`
+	Keys     map[string]*entry `json:"keys"`
+	Faults   Faults            `json:"faults"`
 
 	Settling   []settlement  `json:"settling,omitempty"`   // processing charges, in the order made
 	Events     []*event      `json:"events,omitempty"`     // every webhook event, in the order created
@@ -201,6 +205,11 @@ func New(cfg *Config) (*Server, error) {
 				s.st.Webhooks.Answered = map[string]int{}
 			}
 		}
+	}
+	if s.st.Instance == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		s.st.Instance = hex.EncodeToString(b[:])
 	}
 	s.st.Faults = s.st.Faults.merge(s.cfg.Faults)
 	s.ctx, s.cancel = context.WithCancel(context.Background())

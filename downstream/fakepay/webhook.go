@@ -72,6 +72,11 @@ type WebhookConfig struct {
 	MaxAge time.Duration
 	// Timeout bounds one attempt; default WebhookTimeoutDefault.
 	Timeout time.Duration
+	// EventIDPrefix starts every event ID, before its 8-digit number. Default "evt_" and a
+	// random part chosen once per ledger (kept in the state file): event IDs are unique across
+	// fakepay instances, as Stripe's are, so that a receiver that remembers the IDs of an
+	// earlier run does not take a new event for a replay of an old one.
+	EventIDPrefix string
 }
 
 // event is a webhook event as created; Body is the exact JSON every delivery of it sends.
@@ -118,7 +123,11 @@ func (s *Server) emit(typ string, c *charge) {
 	if s.cfg.Webhooks.URL == "" {
 		return
 	}
-	b := eventBody{ID: fmt.Sprintf("evt_%08d", len(s.st.Events)+1), Object: "event", Type: typ, Created: time.Now().Unix()}
+	prefix := s.cfg.Webhooks.EventIDPrefix
+	if prefix == "" {
+		prefix = "evt_" + s.st.Instance + "_"
+	}
+	b := eventBody{ID: fmt.Sprintf("%s%08d", prefix, len(s.st.Events)+1), Object: "event", Type: typ, Created: time.Now().Unix()}
 	b.Data.Object = c
 	raw, _ := json.Marshal(b)
 	s.st.Events = append(s.st.Events, &event{ID: b.ID, Type: typ, Body: raw})

@@ -120,7 +120,7 @@ func verifySignature(header string, body []byte) error {
 
 // config returns webhook settings that send to rc.
 func (rc *receiver) config() fakepay.WebhookConfig {
-	return fakepay.WebhookConfig{URL: rc.URL, Secret: webhookSecret}
+	return fakepay.WebhookConfig{URL: rc.URL, Secret: webhookSecret, EventIDPrefix: "evt_"} // IDs the tests can name
 }
 
 func (rc *receiver) received() []received {
@@ -509,4 +509,25 @@ func TestConfigValidate(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// Two ledgers never make the same event ID, as two Stripe accounts do not: a receiver that
+// remembers the IDs of an earlier fakepay must not take a new event for a replay.
+func TestEventIDsAreUniqueAcrossLedgers(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	cfg := rc.config()
+	cfg.EventIDPrefix = "" // the default
+	req := downstream.ChargeRequest{Amount: 100, Currency: "eur", Source: "tok_visa"}
+	for range 2 {
+		srv, client := start(t, &fakepay.Config{Webhooks: cfg})
+		ctx, _ := keyed("same-key")
+		_, err := client.Charge(ctx, req)
+		require.NoError(t, err)
+		requireSettled(t, srv, 1)
+	}
+	ids := rc.ids()
+	require.Len(t, ids, 2)
+	require.NotEqual(t, ids[0], ids[1])
+	require.True(t, strings.HasPrefix(ids[0], "evt_"), ids[0])
 }
