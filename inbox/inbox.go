@@ -158,26 +158,27 @@ func (i *Inbox) Claim(ctx context.Context, tx pgx.Tx, m Message) (first bool, er
 	// The INSERT waits on a concurrent delivery's uncommitted row: it conflicts when that one
 	// commits, and inserts when it rolls back. lock_timeout bounds the wait; a savepoint keeps
 	// the caller's transaction usable after it.
+	// One round trip: the transaction's own lock_timeout is kept in a setting of ours while the
+	// INSERT runs under the inbox's, and put back before the savepoint is released.
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT tempotent_inbox")
-	b.Queue("SELECT current_setting('lock_timeout')")
-	b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", i.cfg.LockTimeout.Milliseconds()))
+	b.Queue("SELECT set_config('tempotent.inbox_saved_lock_timeout', current_setting('lock_timeout'), true)")
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", lockTimeout(i.cfg.LockTimeout))
 	b.Queue(`INSERT INTO `+i.table+` (consumer, message_id, digest) VALUES ($1, $2, $3)
 		ON CONFLICT (consumer, message_id) DO NOTHING`, i.cfg.Consumer, m.ID, digest)
+	b.Queue("SELECT set_config('lock_timeout', current_setting('tempotent.inbox_saved_lock_timeout'), true)")
+	b.Queue("RELEASE SAVEPOINT tempotent_inbox")
 	results := tx.SendBatch(ctx, b)
-	var previous string
 	var inserted bool
-	_, err = results.Exec()
-	if err == nil {
-		err = results.QueryRow().Scan(&previous)
-	}
-	if err == nil {
-		_, err = results.Exec()
-	}
-	if err == nil {
-		var tag pgconn.CommandTag
-		tag, err = results.Exec()
-		inserted = tag.RowsAffected() == 1
+	for n := range 6 {
+		tag, execErr := results.Exec()
+		if execErr != nil {
+			err = execErr
+			break
+		}
+		if n == 3 {
+			inserted = tag.RowsAffected() == 1
+		}
 	}
 	if closeErr := results.Close(); err == nil {
 		err = closeErr
@@ -195,13 +196,6 @@ func (i *Inbox) Claim(ctx context.Context, tx pgx.Tx, m Message) (first bool, er
 		}
 		return false, fmt.Errorf("inbox: claim %s: %w", m.ID, err)
 	}
-	// The consumer's own statements run under the transaction's lock_timeout, not the inbox's.
-	b = &pgx.Batch{}
-	b.Queue("SELECT set_config('lock_timeout', $1, true)", previous)
-	b.Queue("RELEASE SAVEPOINT tempotent_inbox")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, fmt.Errorf("inbox: claim %s: %w", m.ID, err)
-	}
 	if inserted {
 		return true, nil
 	}
@@ -216,6 +210,12 @@ func (i *Inbox) Claim(ctx context.Context, tx pgx.Tx, m Message) (first bool, er
 	}
 	i.met.Counter(MetricDuplicate).Inc(1)
 	return false, nil
+}
+
+// lockTimeout renders d for Postgres' lock_timeout in whole milliseconds, rounded up: "0ms"
+// would mean no timeout at all.
+func lockTimeout(d time.Duration) string {
+	return fmt.Sprintf("%dms", max((d+time.Millisecond-1)/time.Millisecond, 1))
 }
 
 // InProgressError reports that a concurrent delivery of the message held it for longer than the

@@ -209,3 +209,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, ib.Check(context.Background()), "Migrate")
 }
+
+// A lock timeout under a millisecond still times out: Postgres reads "0ms" as no timeout at all,
+// which would make a duplicate wait for as long as the first delivery holds its transaction.
+func TestSubMillisecondLockTimeoutStillTimesOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ib, name := setup(t, inbox.Config{Consumer: "shipper", LockTimeout: time.Microsecond})
+	holding, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holding.Rollback(ctx) }()
+	first, err := ib.Claim(ctx, holding, inbox.Message{ID: "evt-1"})
+	require.NoError(t, err)
+	require.True(t, first)
+	_, err = ib.Process(ctx, inbox.Message{ID: "evt-1"}, ship(name, "evt-1"))
+	require.ErrorIs(t, err, inbox.ErrInProgress)
+}
