@@ -44,12 +44,16 @@ type StartWorkflow struct {
 // across runs carries the IDs it has seen into the next run.
 //
 // A workflow that does not exist or has closed is a permanent failure (the message is parked as
-// dead, for an operator), as is an update the workflow rejects or fails.
+// dead, for an operator) unless SkipClosed is set, as is an update the workflow rejects or fails.
 type UpdateWorkflow struct {
 	WorkflowID string
 	RunID      string // empty: the current run
 	UpdateName string
 	Args       []any
+	// SkipClosed counts the message as delivered when the workflow does not exist or has
+	// closed: for events that only a running workflow wants (a late confirmation of an order
+	// that has finished).
+	SkipClosed bool
 }
 
 // Publish implements Publisher.
@@ -102,6 +106,9 @@ func (u UpdateWorkflow) deliver(ctx context.Context, c client.Client, d Delivery
 	}
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
+		if u.SkipClosed {
+			return nil
+		}
 		return Permanent(fmt.Errorf("outbox: workflow %s is not running (never started, or closed): %w", u.WorkflowID, err))
 	}
 	return err

@@ -168,7 +168,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	accepted, err := h.store(r.Context(), tenant, d, body)
 	switch {
-	case errors.Is(err, inbox.ErrMismatch):
+	case errors.Is(err, inbox.ErrMismatch), errors.Is(err, outbox.ErrMismatch):
+		// The outbox's check matters past Retention: the inbox has forgotten the ID, but the
+		// outbox may still hold its message. A 503 there would have the provider retry forever.
 		h.refuse(w, http.StatusConflict, "mismatch", fmt.Sprintf("delivery %s was received before with another body; nothing was stored", d.ID))
 		return
 	case err != nil:
@@ -233,6 +235,13 @@ func (h *Handler) store(ctx context.Context, tenant string, d Delivery, body []b
 		})
 	})
 	return accepted, err
+}
+
+// Purge forgets up to limit delivery IDs older than HandlerConfig.Retention (limit <= 0 means
+// inbox.PurgeBatchDefault) and returns how many: call it periodically. A delivery replayed after
+// its ID is forgotten is stored, and handed on, again.
+func (h *Handler) Purge(ctx context.Context, limit int) (int64, error) {
+	return h.inbox.Purge(ctx, limit)
 }
 
 // MessageID is the outbox message ID of the delivery id of tenant from source: what a publisher
