@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/client"
+
+	"github.com/tempotent/tempotent/internal/failpoint"
 )
 
 // Defaults applied by NewDispatcher.
@@ -246,6 +248,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	d.publish(ctx, batch)
+	failpoint.Hit(failpoint.AfterPublish)
 	// Marks go out even when ctx has ended: a delivered message left unmarked is delivered
 	// again. They are bounded by what remains of the lease.
 	markCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Lease-d.cfg.PublishTimeout)

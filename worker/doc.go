@@ -2,8 +2,9 @@
 // flags and environment (Config.Bind) validated with messages that say what to do, a Temporal
 // client (or the dev server, started from the pinned CLI with its Web UI, when no address is
 // given), a Postgres pool (or the local server, or a throwaway cluster), the receipt store and
-// its migrations, a worker with tempotent's interceptor, and a clean stop on SIGINT/SIGTERM that
-// gives running activities a grace period.
+// its migrations, the outbox in the same schema (Env.Outbox) with dispatchers that run beside the
+// worker (Env.Dispatch), a worker with tempotent's interceptor, and a clean stop on SIGINT/SIGTERM
+// that gives running activities a grace period.
 //
 //	env, err := worker.Start(ctx, worker.Config{TaskQueue: "payments", Migrate: true})
 //	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/outbox"
 )
 
 // Env is a running worker's surroundings: a Temporal client, a Postgres pool, the receipt
@@ -32,10 +34,14 @@ type Env struct {
 	Client client.Client
 	Pool   *pgxpool.Pool
 	Store  *activity.Store
+	// Outbox is the outbox in the receipts' schema (its table comes with the same migrations).
+	// Put messages in it from activities; Dispatch delivers them from this worker.
+	Outbox *outbox.Outbox
 	// TemporalUI is the Web UI's address when the dev server was started, else "".
 	TemporalUI string
 
-	closers []func()
+	closers     []func()
+	dispatchers []*outbox.Dispatcher
 }
 
 // Start validates cfg and brings up what a worker needs, starting the Temporal dev server and a
@@ -94,7 +100,8 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	if err := e.Store.Check(ctx); err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(url), err)
 	}
-	return nil
+	e.Outbox, err = outbox.New(pool, &outbox.Config{Schema: e.Store.Config().Schema})
+	return err
 }
 
 func (e *Env) connectTemporal(ctx context.Context) error {
@@ -159,18 +166,45 @@ func (e *Env) NewWorker() sdkworker.Worker {
 	})
 }
 
-// Run runs w until ctx ends or the process gets SIGINT or SIGTERM. Then it stops polling and
-// gives running activities ShutdownGrace to finish before it returns.
+// Dispatch adds a dispatcher of the worker's outbox through pub, which Run runs beside the
+// worker until it stops. cfg's Logger defaults to the worker's; give cfg.Metrics the handler of your client.Options to
+// have its gauges beside the worker's. Call it before Run;
+// several dispatchers (for different Topics) may run, in as many workers as you like.
+func (e *Env) Dispatch(pub outbox.Publisher, cfg *outbox.DispatcherConfig) error {
+	var c outbox.DispatcherConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Logger == nil {
+		c.Logger = e.Log
+	}
+	d, err := outbox.NewDispatcher(e.Outbox, pub, &c)
+	if err != nil {
+		return err
+	}
+	e.dispatchers = append(e.dispatchers, d)
+	return nil
+}
+
+// Run runs w, and the dispatchers that Dispatch added, until ctx ends or the process gets SIGINT
+// or SIGTERM. Then it stops polling and gives running activities ShutdownGrace to finish before
+// it returns; dispatchers finish the batch they hold.
 func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %q: %w", e.Config.TaskQueue, err)
 	}
-	e.Log.Info("worker running", "task_queue", e.Config.TaskQueue, "namespace", e.Config.Namespace, "temporal", e.Config.TemporalAddress)
+	e.Log.Info("worker running", "task_queue", e.Config.TaskQueue, "namespace", e.Config.Namespace, "temporal", e.Config.TemporalAddress,
+		"dispatchers", len(e.dispatchers))
+	var wg sync.WaitGroup
+	for _, d := range e.dispatchers {
+		wg.Go(func() { _ = d.Run(ctx) })
+	}
 	<-ctx.Done()
 	e.Log.Info("stopping: no new tasks; running activities may finish", "grace", e.Config.ShutdownGrace)
 	w.Stop()
+	wg.Wait()
 	e.Log.Info("worker stopped")
 	return nil
 }

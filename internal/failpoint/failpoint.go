@@ -26,6 +26,8 @@ const (
 	AfterDownstream = "activity.after-downstream" // the function returned; its outcome is not recorded
 	AfterComplete   = "activity.after-complete"   // the outcome is recorded; Temporal has not heard of it
 	InCompensation  = "sample.in-compensation"    // a compensation's downstream call returned
+	AfterPublish    = "outbox.after-publish"      // a batch is published; its results are not marked
+	AfterConsume    = "sample.after-consume"      // the notifier committed a message; it has not answered
 )
 
 // EnvVar names the failpoints to arm. It is read only by builds with the tag

@@ -89,14 +89,14 @@ type Server struct {
 }
 
 // StartFakepay runs the fakepay binary bin on a free port, its ledger kept in state, its output
-// written to out, and waits up to timeout for it to listen.
-func StartFakepay(bin, state string, out io.Writer, timeout time.Duration) (*Server, error) {
+// written to out, with extra flags, and waits up to timeout for it to listen.
+func StartFakepay(bin, state string, out io.Writer, timeout time.Duration, extra ...string) (*Server, error) {
 	port, err := freeport.Get()
 	if err != nil {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "-addr", addr, "-state", state)
+	cmd := exec.Command(bin, append([]string{"-addr", addr, "-state", state}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	p, err := Start(cmd)
 	if err != nil {
