@@ -50,7 +50,7 @@ func runOrders(t *testing.T, w *world, n int, disturb func(done <-chan struct{})
 		require.Len(t, w.charges(o.ID), 1, "%s: charges", o.ID)
 		var reserved int
 		require.NoError(t, w.db().QueryRow(context.Background(),
-			"SELECT count(*) FROM payment_sample.outbox WHERE order_id = $1 AND kind = 'reserved'", o.ID).Scan(&reserved))
+			"SELECT count(*) FROM payment_sample.reservations WHERE order_id = $1", o.ID).Scan(&reserved))
 		require.Equal(t, 1, reserved, "%s: stock reservations", o.ID)
 	}
 	require.Zero(t, w.pending())
@@ -104,7 +104,7 @@ func TestRow05CommitReplyLost(t *testing.T) {
 	require.Equal(t, int64(1), proxy.dropped.Load(), "no COMMIT reply was dropped: the test proved nothing")
 	var reserved int
 	require.NoError(t, w.db().QueryRow(context.Background(),
-		"SELECT count(*) FROM payment_sample.outbox WHERE order_id = $1 AND kind = 'reserved'", o.ID).Scan(&reserved))
+		"SELECT count(*) FROM payment_sample.reservations WHERE order_id = $1", o.ID).Scan(&reserved))
 	require.Equal(t, 1, reserved, "the reservation whose COMMIT reply was lost happened twice, or not at all")
 	require.Len(t, w.charges(o.ID), 1)
 	require.Zero(t, w.pending())

@@ -16,6 +16,7 @@ import (
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/outbox"
 )
 
 // Activities are the sample's activities. Payments is the payment provider; Carrier is the
@@ -28,23 +29,26 @@ import (
 // reporting API, often a service of its own with its own credentials) what happened instead of
 // charging again.
 type Activities struct {
+	// Outbox receives the reservation messages (ReserveInventory, ReleaseInventory).
+	Outbox        *outbox.Outbox
 	Payments      downstream.Payments
 	Carrier       downstream.Payments
 	Gateway       downstream.Payments
 	GatewayLookup downstream.Payments
 }
 
-// NewActivities returns the activities for a payment provider, a carrier and a gateway lookup
-// that speak fakepay's API at the given addresses; an empty lookupURL looks up at the payment
-// provider. The gateway is the payment provider's fakepay asked to ignore keys (fakepay's
+// NewActivities returns the activities, putting their messages in out, for a payment provider,
+// a carrier and a gateway lookup that speak fakepay's API at the given addresses; an empty
+// lookupURL looks up at the payment provider. The gateway is the payment provider's fakepay asked to ignore keys (fakepay's
 // ignore_keys). Requests carry each order's fault specs.
-func NewActivities(paymentsURL, carrierURL, lookupURL string) *Activities {
+func NewActivities(out *outbox.Outbox, paymentsURL, carrierURL, lookupURL string) *Activities {
 	client := func(url string, faults faultTransport) *fakepay.Client {
 		c := fakepay.NewClient(url)
 		c.HTTP = &http.Client{Transport: &downstream.Transport{Base: faults}}
 		return c
 	}
 	return &Activities{
+		Outbox:        out,
 		Payments:      client(paymentsURL, faultTransport{}),
 		Carrier:       client(carrierURL, faultTransport{}),
 		Gateway:       client(paymentsURL, faultTransport{always: "ignore_keys"}),
@@ -127,6 +131,9 @@ const SettleTime = 15 * time.Second
 // does not, so LegacyCharge reconciles instead. The inventory and order activities write to
 // Postgres in their receipt's transaction (activity.RegisterTx).
 func Register(w worker.Worker, a *Activities, store *activity.Store) error {
+	if a.Outbox == nil {
+		return errors.New("payment.Register: Activities.Outbox is nil; set it to the worker's outbox (worker.Env.Outbox)")
+	}
 	w.RegisterWorkflowWithOptions(PaymentSaga, workflow.RegisterOptions{Name: "PaymentSaga"})
 	w.RegisterWorkflowWithOptions(QuickCharge, workflow.RegisterOptions{Name: "QuickCharge"})
 	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
@@ -136,8 +143,8 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 		activity.Register(w, store, "Refund", a.Refund, dedup),
 		activity.Register(w, store, "CreateShipment", a.CreateShipment, dedup),
 		activity.Register(w, store, "CancelShipment", a.CancelShipment, dedup),
-		activity.RegisterTx(w, store, "ReserveInventory", reserve, activity.Options{}),
-		activity.RegisterTx(w, store, "ReleaseInventory", release, activity.Options{DownstreamSettleTime: SettleTime}),
+		activity.RegisterTx(w, store, "ReserveInventory", a.reserve, activity.Options{}),
+		activity.RegisterTx(w, store, "ReleaseInventory", a.release, activity.Options{DownstreamSettleTime: SettleTime}),
 		activity.RegisterTx(w, store, "ConfirmOrder", confirm, activity.Options{}),
 	)
 }

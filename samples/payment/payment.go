@@ -2,6 +2,7 @@ package payment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/outbox"
 	"github.com/tempotent/tempotent/saga"
 )
 
@@ -48,6 +50,10 @@ type Result struct {
 	ChargeID string     `json:"charge_id,omitempty"`
 	Reason   string     `json:"reason,omitempty"` // why it was compensated: "<error type>: <message>"
 	Saga     saga.State `json:"saga"`
+	// Events are the provider events the workflow received, by event ID; EventRepeats counts
+	// deliveries of an event it had already received (Temporal's update IDs keep it at 0).
+	Events       map[string]PaymentEvent `json:"events,omitempty"`
+	EventRepeats int                     `json:"event_repeats,omitempty"`
 }
 
 // Order outcomes.
@@ -55,6 +61,10 @@ const (
 	StatusCompleted   = "completed"
 	StatusCompensated = "compensated"
 )
+
+// ConfirmTimeout is how long PaymentSaga waits for the provider's webhook that settles a charge
+// answered "processing" (3-D Secure, a bank transfer) before it gives up on the order.
+const ConfirmTimeout = 5 * time.Minute
 
 // PaymentSaga charges the card, reserves the stock, creates the shipment and confirms the
 // order. When a step fails for good — a declined card, an address the carrier refuses — the
@@ -73,7 +83,18 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{OrderID: o.ID, Status: StatusCompleted}
+	res := Result{OrderID: o.ID, Status: StatusCompleted, Events: map[string]PaymentEvent{}}
+	// The provider's webhooks arrive as updates, at any time, more than once, in any order.
+	if err := workflow.SetUpdateHandler(ctx, UpdatePaymentEvent, func(ctx workflow.Context, ev PaymentEvent) error {
+		if _, seen := res.Events[ev.ID]; seen {
+			res.EventRepeats++
+			return nil
+		}
+		res.Events[ev.ID] = ev
+		return nil
+	}); err != nil {
+		return Result{}, err
+	}
 	compensate := func(cause error) (Result, error) {
 		res.Status, res.Reason = StatusCompensated, cause.Error()
 		var appErr *temporal.ApplicationError
@@ -94,6 +115,11 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 		return compensate(err)
 	}
 	res.ChargeID = charge.ID
+	if charge.Status == "processing" {
+		if err := awaitSettled(ctx, &res, charge.ID); err != nil {
+			return compensate(err)
+		}
+	}
 	if err := s.Step(ctx, "reserve", saga.Compensation{Activity: "ReleaseInventory", Args: []any{o}}, "ReserveInventory", o).Get(ctx, nil); err != nil {
 		return compensate(err)
 	}
@@ -106,6 +132,30 @@ func PaymentSaga(ctx workflow.Context, o Order) (Result, error) {
 	s.Complete()
 	res.Saga = s.State()
 	return res, nil
+}
+
+// awaitSettled waits for the webhook that settles a charge the provider answered "processing".
+func awaitSettled(ctx workflow.Context, res *Result, chargeID string) error {
+	var settled *PaymentEvent
+	found := func() bool {
+		for _, ev := range res.Events {
+			if ev.ChargeID == chargeID && (ev.Type == "charge.succeeded" || ev.Type == "charge.failed") {
+				settled = &ev
+				return true
+			}
+		}
+		return false
+	}
+	ok, err := workflow.AwaitWithTimeout(ctx, ConfirmTimeout, found)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return temporal.NewNonRetryableApplicationError("no confirmation of charge "+chargeID+" within "+ConfirmTimeout.String(), "ConfirmationTimeout", nil)
+	case settled.Type == "charge.failed":
+		return temporal.NewNonRetryableApplicationError("the provider failed charge "+chargeID+" after processing it", "ChargeFailed", nil)
+	}
+	return nil
 }
 
 // QuickCharge charges an order under its business key ("charge", "order/<id>", stored as
@@ -142,12 +192,24 @@ CREATE TABLE IF NOT EXISTS payment_sample.orders (
 	id         text PRIMARY KEY,
 	status     text NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now());
--- Rows for a shipment worker to pick up: written in the same transaction as the stock change.
-CREATE TABLE IF NOT EXISTS payment_sample.outbox (
-	id         bigserial PRIMARY KEY,
-	order_id   text NOT NULL,
-	kind       text NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now());
+-- What each order reserved, written in the same transaction as the stock change.
+CREATE TABLE IF NOT EXISTS payment_sample.reservations (
+	order_id    text PRIMARY KEY,
+	units       bigint NOT NULL,
+	released    boolean NOT NULL DEFAULT false,
+	reserved_at timestamptz NOT NULL DEFAULT now());
+-- The shipment notifier's own writes, one per reservation message it processed. No unique key
+-- on purpose: the inbox is what keeps a message from being processed twice, and the demo counts
+-- the rows to show it.
+CREATE TABLE IF NOT EXISTS payment_sample.notifications (
+	message_id   text NOT NULL,
+	order_id     text NOT NULL,
+	kind         text NOT NULL,
+	processed_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS payment_sample.counters (
+	name text PRIMARY KEY,
+	n    bigint NOT NULL);
+INSERT INTO payment_sample.counters VALUES ('notifier_duplicates', 0) ON CONFLICT DO NOTHING;
 INSERT INTO payment_sample.stock VALUES ('widget', 1000000000) ON CONFLICT DO NOTHING;`)
 	if err != nil {
 		return fmt.Errorf("migrate the payment sample's tables: %w", err)
@@ -155,9 +217,11 @@ INSERT INTO payment_sample.stock VALUES ('widget', 1000000000) ON CONFLICT DO NO
 	return nil
 }
 
-// reserve and release move stock and queue the matching outbox row, in the receipt's
-// transaction (see activity.WrapTx).
-func reserve(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
+// reserve and release move stock, record the reservation and put its message in the outbox, in
+// the receipt's transaction (activity.RegisterTx): the message is sent if and only if the stock
+// moved. The message's ID comes from the receipt (outbox.Message.ID), so every attempt of one
+// reservation puts the same message.
+func (a *Activities) reserve(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
 	var left int64
 	err := tx.QueryRow(ctx, "UPDATE payment_sample.stock SET units = units - $2 WHERE sku = $1 RETURNING units", o.SKU, o.Units).Scan(&left)
 	if err == pgx.ErrNoRows {
@@ -166,18 +230,20 @@ func reserve(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.Exec(ctx, "INSERT INTO payment_sample.outbox (order_id, kind) VALUES ($1, 'reserved')", o.ID)
-	return left, err
-}
-
-func release(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
-	// Release only what this order reserved: a reservation that never committed left no
-	// outbox row, and releasing it would create stock.
-	var reserved bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM payment_sample.outbox WHERE order_id = $1 AND kind = 'reserved')", o.ID).Scan(&reserved); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO payment_sample.reservations (order_id, units) VALUES ($1, $2)", o.ID, o.Units); err != nil {
 		return 0, err
 	}
-	if !reserved {
+	return left, a.announce(ctx, tx, TopicReserved, o)
+}
+
+func (a *Activities) release(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
+	// Release only what this order reserved: a reservation that never committed left no row,
+	// and releasing it would create stock.
+	tag, err := tx.Exec(ctx, "UPDATE payment_sample.reservations SET released = true WHERE order_id = $1 AND NOT released", o.ID)
+	if err != nil {
+		return 0, err
+	}
+	if tag.RowsAffected() == 0 {
 		// Nothing to release, once the reservation can no longer commit: its last attempt may
 		// still hold its transaction open.
 		return 0, activity.ForwardSettled(ctx)
@@ -186,8 +252,18 @@ func release(ctx context.Context, tx pgx.Tx, o Order) (int64, error) {
 	if err := tx.QueryRow(ctx, "UPDATE payment_sample.stock SET units = units + $2 WHERE sku = $1 RETURNING units", o.SKU, o.Units).Scan(&left); err != nil {
 		return 0, err
 	}
-	_, err := tx.Exec(ctx, "INSERT INTO payment_sample.outbox (order_id, kind) VALUES ($1, 'released')", o.ID)
-	return left, err
+	return left, a.announce(ctx, tx, TopicReleased, o)
+}
+
+// announce puts the order's reservation message, ordered per order: a release is delivered
+// after its reservation.
+func (a *Activities) announce(ctx context.Context, tx pgx.Tx, topic string, o Order) error {
+	body, err := json.Marshal(notice{OrderID: o.ID, SKU: o.SKU, Units: o.Units})
+	if err != nil {
+		return err
+	}
+	return a.Outbox.Put(ctx, tx, outbox.Message{Topic: topic, OrderingKey: o.ID, Payload: body,
+		Headers: map[string]string{"Content-Type": "application/json"}})
 }
 
 func confirm(ctx context.Context, tx pgx.Tx, o Order) (string, error) {

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/samples/payment"
 	"github.com/tempotent/tempotent/worker"
@@ -34,11 +35,17 @@ type Mix struct {
 	ProviderErrors  float64 // the provider answers 500 twice before charging
 	LostResponses   float64 // the provider charges, then the connection drops before it answers
 	CarrierRefusals float64 // the carrier refuses the address: refund and release
+	AsyncCharges    float64 // the provider answers "processing" and confirms by webhook
+	AsyncDeclines   float64 // the provider answers "processing" and fails it by webhook: refund and release
 	WorkerRestarts  int     // times the worker process is SIGKILLed and started again
+	// WebhookFaults are fakepay's webhook faults (fakepay.ParseFaults) for the whole run.
+	WebhookFaults string
 }
 
-// MixDefault is what make demo runs.
-var MixDefault = Mix{Declines: 0.1, ProviderErrors: 0.2, LostResponses: 0.1, CarrierRefusals: 0.1, WorkerRestarts: 2}
+// MixDefault is what make demo runs: every webhook is sent twice, late, out of order, and the
+// first answer to each is lost, so the provider sends it once more.
+var MixDefault = Mix{Declines: 0.1, ProviderErrors: 0.15, LostResponses: 0.1, CarrierRefusals: 0.1, AsyncCharges: 0.15, AsyncDeclines: 0.05,
+	WorkerRestarts: 2, WebhookFaults: "webhook_duplicate=1,webhook_delay=300ms,webhook_reorder,webhook_fail=1"}
 
 // Options configures a run. Zero values take defaults.
 type Options struct {
@@ -64,14 +71,32 @@ type Summary struct {
 	MissedRefunds                              int // charges of compensated orders left unrefunded
 	StuckReceipts                              int // receipts of this run still pending
 	WorkerRestarts                             int
+	Messages                                   Messages
 	CompensatedBecause                         map[string]int // error type of the failed step
 	P50, P95                                   time.Duration
 	TemporalUI                                 string
 }
 
-// OK reports whether the three invariants hold.
+// Messages counts the run's webhooks and outbox messages, at the provider and in the database.
+type Messages struct {
+	WebhookEvents     int // events the provider created for this run's charges
+	WebhookDeliveries int // deliveries the intake answered 2xx (duplicates included)
+	WebhooksStored    int // deliveries stored: one per event
+	EventsToWorkflows int // events that reached a running workflow (the others came after it finished)
+	AsyncSettled      int // charges answered "processing" whose workflow got their confirmation once
+	OutboxMessages    int // reservation messages put
+	OutboxDelivered   int
+	ConsumerDups      int // deliveries the shipment notifier acknowledged without running
+	ProcessedOnce     int // reservation messages the notifier processed exactly once
+	// Invariants: both must be 0.
+	ProcessedTwice int // an event a workflow received twice, or a message the notifier processed twice
+	Lost           int // an async charge whose workflow never got its confirmation, or a message never delivered or processed
+}
+
+// OK reports whether the invariants hold.
 func (s Summary) OK() bool {
-	return s.DuplicateCharges == 0 && s.MissedRefunds == 0 && s.StuckReceipts == 0 && s.Unresolved == 0
+	return s.DuplicateCharges == 0 && s.MissedRefunds == 0 && s.StuckReceipts == 0 && s.Unresolved == 0 &&
+		s.Messages.ProcessedTwice == 0 && s.Messages.Lost == 0
 }
 
 // Run runs the demo and returns its summary.
@@ -105,6 +130,10 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := payment.Migrate(ctx, env.Pool); err != nil {
 		return Summary{}, err
 	}
+	dupsBefore, err := notifierDuplicates(ctx, env)
+	if err != nil {
+		return Summary{}, err
+	}
 	started := time.Now()
 	if env.TemporalUI != "" {
 		fmt.Fprintf(o.Out, "Temporal Web UI: %s\n", env.TemporalUI)
@@ -117,6 +146,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			return Summary{}, err
 		}
 	}
+	// The worker serves the provider's webhooks on a port that stays the same across its restarts.
+	edgePort, err := freeport.Get()
+	if err != nil {
+		return Summary{}, err
+	}
+	edgeAddr := fmt.Sprintf("127.0.0.1:%d", edgePort)
 	var servers [2]*proc.Server
 	for i, name := range []string{"payments", "carrier"} {
 		logf, err := os.Create(filepath.Join(dir, name+".log"))
@@ -124,7 +159,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			return Summary{}, err
 		}
 		defer logf.Close()
-		if servers[i], err = proc.StartFakepay(fakepayBin, filepath.Join(dir, name+".json"), logf, 30*time.Second); err != nil {
+		var webhooks []string
+		if name == "payments" {
+			webhooks = []string{"-webhook-url", "http://" + edgeAddr + payment.PathWebhooks, "-webhook-secret", webhookSecret, "-faults", o.Mix.WebhookFaults}
+		}
+		if servers[i], err = proc.StartFakepay(fakepayBin, filepath.Join(dir, name+".json"), logf, 30*time.Second, webhooks...); err != nil {
 			return Summary{}, fmt.Errorf("%s (see %s.log): %w", name, filepath.Join(dir, name), err)
 		}
 		defer servers[i].Stop()
@@ -140,6 +179,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		"TEMPOTENT_LOG_LEVEL=warn",
 		"FAKEPAY_URL=" + payments.URL,
 		"CARRIER_URL=" + carrier.URL,
+		"TEMPOTENT_HTTP_ADDR=" + edgeAddr,
+		"FAKEPAY_WEBHOOK_SECRET=" + webhookSecret,
 	}}
 	if err := w.start(); err != nil {
 		return Summary{}, err
@@ -164,6 +205,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 	}
 	if err := sum.countLedgers(ctx, payments.URL, carrier.URL, compensated, ordersByID(orders)); err != nil {
+		return sum, err
+	}
+	if err := sum.countMessages(ctx, env, payments.URL, orders, results, started, dupsBefore); err != nil {
 		return sum, err
 	}
 	counts, err := env.Store.CountSince(ctx, started)
@@ -197,8 +241,8 @@ func (s *Summary) countLedgers(ctx context.Context, paymentsURL, carrierURL stri
 	}
 	perOrder := map[string]int{}
 	for _, c := range pl.Charges {
-		if !ours[c.Description] {
-			continue
+		if !ours[c.Description] || c.Status == "failed" {
+			continue // a charge the provider failed after processing moved no money
 		}
 		s.Charges++
 		perOrder[c.Description]++
@@ -237,14 +281,23 @@ func (s Summary) print(out io.Writer) {
 		{"DUPLICATE CHARGES", mark(s.DuplicateCharges)},
 		{"MISSED REFUNDS", mark(s.MissedRefunds)},
 		{"STUCK RECEIPTS", mark(s.StuckReceipts)},
+		{"webhook events / deliveries", fmt.Sprintf("%d / %d", s.Messages.WebhookEvents, s.Messages.WebhookDeliveries)},
+		{"webhooks stored / to workflows", fmt.Sprintf("%d / %d", s.Messages.WebhooksStored, s.Messages.EventsToWorkflows)},
+		{"async charges settled once", fmt.Sprint(s.Messages.AsyncSettled)},
+		{"outbox messages / delivered", fmt.Sprintf("%d / %d", s.Messages.OutboxMessages, s.Messages.OutboxDelivered)},
+		{"consumer duplicates absorbed", fmt.Sprint(s.Messages.ConsumerDups)},
+		{"messages processed once", fmt.Sprint(s.Messages.ProcessedOnce)},
+		{"EVENTS PROCESSED TWICE", mark(s.Messages.ProcessedTwice)},
+		{"EVENTS LOST", mark(s.Messages.Lost)},
 		{"saga latency p50 / p95", fmt.Sprintf("%v / %v", s.P50.Round(time.Millisecond), s.P95.Round(time.Millisecond))},
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "+---------------------------+----------------------+")
+	line := "+" + strings.Repeat("-", 32) + "+" + strings.Repeat("-", 22) + "+"
+	fmt.Fprintln(out, line)
 	for _, r := range rows {
-		fmt.Fprintf(out, "| %-25s | %-20s |\n", r[0], r[1])
+		fmt.Fprintf(out, "| %-30s | %-20s |\n", r[0], r[1])
 	}
-	fmt.Fprintln(out, "+---------------------------+----------------------+")
+	fmt.Fprintln(out, line)
 	for _, why := range slices.Sorted(maps.Keys(s.CompensatedBecause)) {
 		fmt.Fprintf(out, "  compensated because of %s: %d\n", why, s.CompensatedBecause[why])
 	}
@@ -262,7 +315,8 @@ func makeOrders(runID string, n int, mix Mix, seed uint64) []payment.Order {
 	for _, k := range []struct {
 		name  string
 		share float64
-	}{{"decline", mix.Declines}, {"5xx", mix.ProviderErrors}, {"lost", mix.LostResponses}, {"refusal", mix.CarrierRefusals}} {
+	}{{"decline", mix.Declines}, {"5xx", mix.ProviderErrors}, {"lost", mix.LostResponses}, {"refusal", mix.CarrierRefusals},
+		{"async", mix.AsyncCharges}, {"async-decline", mix.AsyncDeclines}} {
 		for c := int(k.share*float64(n) + 0.5); c > 0 && next < n; c-- {
 			kinds[next] = k.name
 			next++
@@ -282,6 +336,10 @@ func makeOrders(runID string, n int, mix Mix, seed uint64) []payment.Order {
 			o.ChargeFaults = "drop=1"
 		case "refusal":
 			o.Address = "nowhere"
+		case "async":
+			o.Card = "tok_async"
+		case "async-decline":
+			o.Card = "tok_asyncDeclined"
 		}
 		orders[i] = o
 	}

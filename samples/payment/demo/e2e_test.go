@@ -26,12 +26,13 @@ func TestEndToEnd(t *testing.T) {
 	}
 	var out strings.Builder
 	sum, err := demo.Run(context.Background(), demo.Options{
-		Orders: 8,
-		Mix:    demo.Mix{Declines: 0.125, ProviderErrors: 0.25, LostResponses: 0.125, CarrierRefusals: 0.125, WorkerRestarts: 1},
-		Seed:   7,
-		Setup:  worker.Config{DatabaseURL: pgtest.URL(), TemporalCLI: cli, LogLevel: "error"},
-		Dir:    t.TempDir(),
-		Out:    &out,
+		Orders: 10,
+		Mix: demo.Mix{Declines: 0.1, ProviderErrors: 0.2, LostResponses: 0.1, CarrierRefusals: 0.1, AsyncCharges: 0.1, WorkerRestarts: 1,
+			WebhookFaults: "webhook_duplicate=1,webhook_fail=1"},
+		Seed:  7,
+		Setup: worker.Config{DatabaseURL: pgtest.URL(), TemporalCLI: cli, LogLevel: "error"},
+		Dir:   t.TempDir(),
+		Out:   &out,
 	})
 	t.Log(out.String())
 	require.NoError(t, err)
@@ -41,9 +42,20 @@ func TestEndToEnd(t *testing.T) {
 	require.Zero(t, sum.Unresolved, "unresolved sagas")
 	require.Equal(t, 1, sum.WorkerRestarts)
 	// One decline and one refused address: two compensations, one refund (the refused order's
-	// charge); the other six orders complete, each charged once.
+	// charge); the other eight orders complete, each charged once, one of them confirmed by
+	// webhook.
 	require.Equal(t, 2, sum.Compensated)
-	require.Equal(t, 6, sum.Completed)
-	require.Equal(t, 7, sum.Charges)
+	require.Equal(t, 8, sum.Completed)
+	require.Equal(t, 9, sum.Charges)
 	require.Equal(t, 1, sum.Refunds)
+	m := sum.Messages
+	require.Zero(t, m.ProcessedTwice, "events processed twice")
+	require.Zero(t, m.Lost, "events lost")
+	require.Equal(t, 1, m.AsyncSettled, "the charge answered processing was not confirmed to its workflow")
+	require.Equal(t, m.WebhookEvents, m.WebhooksStored, "every provider event stored once")
+	require.Greater(t, m.WebhookDeliveries, m.WebhookEvents, "no webhook was delivered twice, so the intake's deduplication went untested")
+	// Nine reservations (every order but the declined one) and one release (the refused address).
+	require.Equal(t, 10, m.OutboxMessages)
+	require.Equal(t, 10, m.OutboxDelivered)
+	require.Equal(t, 10, m.ProcessedOnce)
 }

@@ -1,0 +1,104 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/samples/payment"
+	"github.com/tempotent/tempotent/worker"
+)
+
+// webhookSecret is the run's webhook signing secret, shared by fakepay and the worker.
+const webhookSecret = "whsec_tempotent_demo"
+
+// settleTimeout bounds the wait, after the last saga, for the provider's webhook queue and the
+// outbox to empty.
+const settleTimeout = time.Minute
+
+// notifierDuplicates reads the shipment notifier's count of duplicates it absorbed.
+func notifierDuplicates(ctx context.Context, env *worker.Env) (int, error) {
+	var n int
+	err := env.Pool.QueryRow(ctx, "SELECT n FROM payment_sample.counters WHERE name = 'notifier_duplicates'").Scan(&n)
+	return n, err
+}
+
+// countMessages waits for the run's messages to settle (the provider has nothing left to send,
+// the outbox nothing left to deliver), then counts what happened to them, at the provider and in
+// the database, and what the workflows received.
+func (s *Summary) countMessages(ctx context.Context, env *worker.Env, paymentsURL string, orders []payment.Order,
+	results map[string]payment.Result, started time.Time, dupsBefore int) error {
+	fp := fakepay.NewClient(paymentsURL)
+	var ledger fakepay.Ledger
+	for deadline := time.Now().Add(settleTimeout); ; {
+		var err error
+		if ledger, err = fp.Ledger(ctx); err != nil {
+			return fmt.Errorf("read the payment provider's ledger: %w", err)
+		}
+		st, err := env.Outbox.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if (ledger.Webhooks.Pending == 0 && st.Pending == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	m := &s.Messages
+	for _, n := range ledger.Webhooks.EventsByType {
+		m.WebhookEvents += n
+	}
+	m.WebhookDeliveries = ledger.Webhooks.Delivered
+
+	schema := pgx.Identifier{env.Config.Receipts.Schema}.Sanitize()
+	err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".inbox WHERE consumer = $1 AND processed_at >= $2",
+		"webhook/"+payment.WebhookSource, started).Scan(&m.WebhooksStored)
+	if err != nil {
+		return fmt.Errorf("count stored webhooks: %w", err)
+	}
+	m.Lost += max(m.WebhookEvents-m.WebhooksStored, 0) // created, never stored
+
+	for _, o := range orders {
+		r := results[o.ID]
+		m.EventsToWorkflows += len(r.Events)
+		m.ProcessedTwice += r.EventRepeats
+		if o.Card != "tok_async" && o.Card != "tok_asyncDeclined" {
+			continue
+		}
+		settled := false
+		for _, ev := range r.Events {
+			if ev.ChargeID == r.ChargeID && (ev.Type == "charge.succeeded" || ev.Type == "charge.failed") {
+				settled = true
+			}
+		}
+		if settled {
+			m.AsyncSettled++
+		} else {
+			m.Lost++
+		}
+	}
+
+	err = env.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'delivered') FROM `+schema+`.outbox
+		WHERE topic IN ($1, $2) AND created_at >= $3`, payment.TopicReserved, payment.TopicReleased, started).Scan(&m.OutboxMessages, &m.OutboxDelivered)
+	if err != nil {
+		return fmt.Errorf("count outbox messages: %w", err)
+	}
+	var processed int
+	err = env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n > 1), count(*) FROM (
+			SELECT count(*) AS n FROM payment_sample.notifications WHERE processed_at >= $1 GROUP BY message_id) per_message`,
+		started).Scan(&m.ProcessedOnce, new(int), &processed)
+	if err != nil {
+		return fmt.Errorf("count notifications: %w", err)
+	}
+	m.ProcessedTwice += processed - m.ProcessedOnce
+	m.Lost += max(m.OutboxMessages-processed, 0) // put, never processed
+	dups, err := notifierDuplicates(ctx, env)
+	if err != nil {
+		return err
+	}
+	m.ConsumerDups = dups - dupsBefore
+	return nil
+}
