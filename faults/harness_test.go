@@ -162,6 +162,8 @@ type world struct {
 type worldOptions struct {
 	dbURL    string          // default pgtest.URL()
 	temporal *temporalServer // default the shared one
+	// paymentsFlags are extra flags of the payment provider's fakepay (its webhooks).
+	paymentsFlags []string
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -174,7 +176,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		w.schema = "tempotent"
 	}
 	w.queue = "faults-" + strings.ReplaceAll(t.Name(), "/", "-") + fmt.Sprint(time.Now().UnixNano())
-	w.payments = startFakepay(t, filepath.Join(w.dir, "payments"))
+	w.payments = startFakepay(t, filepath.Join(w.dir, "payments"), o.paymentsFlags...)
 	w.carrier = startFakepay(t, filepath.Join(w.dir, "carrier"))
 	return w
 }
@@ -299,10 +301,10 @@ func (p *workerProc) waitFor(s string, timeout time.Duration) {
 	}
 }
 
-// startFakepay runs fakepay as its own process, its ledger in state+".json".
-func startFakepay(t *testing.T, state string) *proc.Server {
+// startFakepay runs fakepay as its own process, its ledger in state+".json", with extra flags.
+func startFakepay(t *testing.T, state string, flags ...string) *proc.Server {
 	t.Helper()
-	srv, err := proc.StartFakepay(fakepayBin, state+".json", nil, 10*time.Second)
+	srv, err := proc.StartFakepay(fakepayBin, state+".json", nil, 10*time.Second, flags...)
 	require.NoError(t, err)
 	t.Cleanup(srv.Kill)
 	return srv
