@@ -54,7 +54,8 @@ func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
 }
 
 // prepare creates the benchmark schema afresh: the receipts table, a table for bare INSERTs, and
-// the stock and outbox tables of the DoInNewTx business transaction.
+// the stock and shipments tables of the DoInNewTx business transaction. (Not "outbox": the
+// migrations create the outbox package's table of that name in the same schema.)
 func prepare(ctx context.Context, d *db) {
 	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 		fatalf("drop schema: %v", err)
@@ -65,7 +66,7 @@ func prepare(ctx context.Context, d *db) {
 	_, err := d.pool.Exec(ctx, `
 		CREATE TABLE `+schema+`.bare (id text PRIMARY KEY, body bytea);
 		CREATE TABLE `+schema+`.stock (sku text PRIMARY KEY, units bigint NOT NULL);
-		CREATE TABLE `+schema+`.outbox (id bigserial PRIMARY KEY, kind text NOT NULL);
+		CREATE TABLE `+schema+`.shipments (id bigserial PRIMARY KEY, kind text NOT NULL);
 		INSERT INTO `+schema+`.stock SELECT 'sku-' || i, 1000000000 FROM generate_series(1, 64) i;`)
 	if err != nil {
 		fatalf("create tables: %v", err)
@@ -230,7 +231,7 @@ func business(ctx context.Context, tx pgx.Tx) (int64, error) {
 	if err := tx.QueryRow(ctx, "UPDATE "+schema+".stock SET units = units - 1 WHERE sku = $1 RETURNING units", sku).Scan(&left); err != nil {
 		return 0, err
 	}
-	_, err := tx.Exec(ctx, "INSERT INTO "+schema+".outbox (kind) VALUES ('ship')")
+	_, err := tx.Exec(ctx, "INSERT INTO "+schema+".shipments (kind) VALUES ('ship')")
 	return left, err
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/outbox"
 )
 
 func main() {
@@ -28,7 +30,11 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per figure; each figure is the median of its rounds")
 	blockTime := flag.Duration("block", 100*time.Millisecond, "length of one measured block")
 	e2eBlock := flag.Duration("e2e-block", 400*time.Millisecond, "length of one block of workflows")
-	only := flag.String("rows", "1,2,3,4,5,6,7", "the table's rows to measure (1–3 go together)")
+	only := flag.String("rows", "1,2,3,4,5,6,7,8,9", "the table's rows to measure (1–3 go together)")
+	outboxN := flag.Int("outbox-messages", 3000, "messages put before each timed drain of row 8")
+	outboxRounds := flag.Int("outbox-rounds", 5, "rounds of row 8's drains; each drain figure is the median of its rounds")
+	outboxBatch := flag.Int("outbox-batch", 100, "messages one claim takes in row 8's drains, the dispatcher's and the bare loop's")
+	clients := flag.Int("webhook-clients", 16, "concurrent HTTP clients of row 9")
 	cli := flag.String("temporal-cli", "../bin/temporal", "the temporal CLI for the dev server (make bin/temporal)")
 	flag.Parse()
 	want := func(row string) bool { return slices.Contains(strings.Split(*only, ","), row) }
@@ -53,6 +59,9 @@ func main() {
 		db := openDB(ctx, url, syncCommit)
 		if syncCommit {
 			prepare(ctx, db)
+			if want("8") || want("9") {
+				prepareMessages(ctx, db)
+			}
 		}
 		if want("1") || want("2") || want("3") {
 			progress("  single steps")
@@ -65,6 +74,14 @@ func main() {
 		if want("7") {
 			progress("  DBOS Transact")
 			againstDBOS(ctx, t, col, *rounds, url, syncCommit, db, d)
+		}
+		if want("8") {
+			progress("  outbox delivery and Put")
+			outboxRows(ctx, t, col, *rounds, *outboxRounds, *outboxN, *outboxBatch, db)
+		}
+		if want("9") {
+			progress("  webhook intake")
+			webhookRows(ctx, t, col, *rounds, *clients, db)
 		}
 		if syncCommit && want("5") {
 			progress("  racing duplicates")
@@ -80,6 +97,7 @@ func main() {
 
 	cleanup := openDB(ctx, url, true)
 	_, _ = cleanup.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	_, _ = cleanup.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+messagesSchema+" CASCADE")
 	cleanup.pool.Close()
 	t.print(os.Stdout, *rounds, time.Since(start))
 }
@@ -184,6 +202,86 @@ func againstDBOS(ctx context.Context, t *table, col, rounds int, url string, syn
 	c := count(ctx, db.pool, p.counter, 20, p.workflow(steps))
 	t.set("7", "DBOS round trips per step", col, c.roundTrips/steps, number, "")
 	t.set("7", "DBOS WAL syncs per step", col, c.walSyncs/steps, number, "")
+}
+
+// outboxRows: row 8. A Dispatcher drains messages put beforehand, against the least a
+// hand-written outbox does: claim a batch with SELECT … FOR UPDATE SKIP LOCKED, then DELETE it,
+// in one transaction per batch. Concurrency is how many messages of a batch a dispatcher
+// publishes at once, not how many batches it claims at once, so the bare loop's 16 goroutines
+// are also set against 16 dispatchers. Then Put in a business transaction, against a plain INSERT
+// of the same row into a table of the same shape; Put on an outbox with NoNotify shows what its
+// NOTIFY costs the commit.
+func outboxRows(ctx context.Context, t *table, col, rounds, drainRounds, n, batch int, db *db) {
+	o := openOutbox(db)
+	put := putMessages(o, db)
+	bare := insertBare(db)
+	s := drains(ctx, db, drainRounds, n,
+		drain{name: "1 dispatcher, Concurrency 1", fill: put, run: dispatch(o, 1, 1, batch)},
+		drain{name: "bare, 1 goroutine", fill: bare, run: claimDelete(db, 1, batch)},
+		drain{name: "1 dispatcher, Concurrency 16", fill: put, run: dispatch(o, 1, 16, batch)},
+		drain{name: "bare, 16 goroutines", fill: bare, run: claimDelete(db, 16, batch)},
+		drain{name: "16 dispatchers, Concurrency 1", fill: put, run: dispatch(o, 16, 1, batch)})
+	const d1, b1, d16, b16, k16 = 0, 1, 2, 3, 4
+	for _, f := range []struct {
+		label       string
+		ours, bare  int
+		target, per string
+	}{
+		{"1 dispatcher, Concurrency 1 ÷ bare claim+delete, 1 goroutine", d1, b1, "", "1 dispatcher, Concurrency 1"},
+		{"1 dispatcher, Concurrency 16 ÷ bare claim+delete, 16 goroutines", d16, b16, "≥ 0.5", "1 dispatcher, Concurrency 16"},
+		{"16 dispatchers, Concurrency 1 ÷ bare claim+delete, 16 goroutines", k16, b16, "≥ 0.5", "16 dispatchers, Concurrency 1"},
+	} {
+		t.set("8", "outbox delivery, messages/s: "+f.label, col,
+			perRound(s, func(r []float64) float64 { return r[f.ours] / r[f.bare] }), ratio, f.target)
+		t.set("8", "outbox delivery, messages/s: "+f.per, col, median(s[f.ours]), perSecond, "")
+	}
+	t.set("8", "outbox delivery, messages/s: bare claim+delete, 1 goroutine", col, median(s[b1]), perSecond, "")
+	t.set("8", "outbox delivery, messages/s: bare claim+delete, 16 goroutines", col, median(s[b16]), perSecond, "")
+
+	quiet, err := outbox.New(db.pool, &outbox.Config{Schema: messagesSchema, NoNotify: true})
+	if err != nil {
+		fatalf("outbox: %v", err)
+	}
+	s = interleave(ctx, rounds,
+		bench{name: "INSERT + Put", op: putTx(o, db)},
+		bench{name: "INSERT + bare INSERT", op: bareRowTx(db)},
+		bench{name: "INSERT + Put, NoNotify", op: putTx(quiet, db)})
+	const withPut, withBare, withQuietPut = 0, 1, 2
+	t.set("8", "transaction with Put ÷ the same transaction with a bare INSERT instead", col,
+		perRound(s, func(r []float64) float64 { return r[withPut] / r[withBare] }), ratio, "≤ 1.1")
+	t.set("8", "transaction with Put, the outbox's NoNotify ÷ the same with a bare INSERT", col,
+		perRound(s, func(r []float64) float64 { return r[withQuietPut] / r[withBare] }), ratio, "")
+	t.set("8", "Put: round trips, more than the bare INSERT's", col,
+		roundTrips(ctx, db, 100, putTx(o, db))-roundTrips(ctx, db, 100, bareRowTx(db)), number, "= 0")
+}
+
+// webhookRows: row 9. Requests per second through the webhook handler (verify, then an inbox
+// row and an outbox message in one transaction) from concurrent clients over real HTTP, against
+// a handler that only reads the body, and one that also INSERTs it durably.
+func webhookRows(ctx context.Context, t *table, col, rounds, clients int, db *db) {
+	in := startIntake(db)
+	defer in.close()
+	servers := []*httptest.Server{in.handler, in.quiet, in.bare, in.durable}
+	for _, srv := range servers { // warm the servers' connections and the pool's
+		block(ctx, bench{name: "warm-up", op: in.deliver(srv), workers: clients})
+	}
+	s := interleave(ctx, rounds,
+		bench{name: "webhook handler", op: in.deliver(in.handler), workers: clients},
+		bench{name: "webhook handler, NoNotify", op: in.deliver(in.quiet), workers: clients},
+		bench{name: "bare handler", op: in.deliver(in.bare), workers: clients},
+		bench{name: "bare durable handler", op: in.deliver(in.durable), workers: clients})
+	const handler, quiet, bare, durable = 0, 1, 2, 3
+	t.set("9", fmt.Sprintf("webhook intake requests/s ÷ a handler that only reads the body, %d clients", clients), col,
+		perRound(s, func(r []float64) float64 { return r[bare] / r[handler] }), ratio, "")
+	t.set("9", fmt.Sprintf("webhook intake requests/s ÷ a handler that reads the body and INSERTs it, %d clients", clients), col,
+		perRound(s, func(r []float64) float64 { return r[durable] / r[handler] }), ratio, "")
+	t.set("9", "webhook intake requests/s ÷ the same with the outbox's NoNotify", col,
+		perRound(s, func(r []float64) float64 { return r[quiet] / r[handler] }), ratio, "")
+	t.set("9", "webhook intake requests/s", col, 1e9/median(s[handler]), perSecond, "")
+	t.set("9", "webhook intake requests/s, the outbox's NoNotify", col, 1e9/median(s[quiet]), perSecond, "")
+	t.set("9", "requests/s of the handler that only reads the body", col, 1e9/median(s[bare]), perSecond, "")
+	t.set("9", "requests/s of the handler that reads the body and INSERTs it", col, 1e9/median(s[durable]), perSecond, "")
+	t.set("9", "webhook intake: round trips per delivery", col, roundTrips(ctx, db, 50, in.deliver(in.handler)), number, "")
 }
 
 // races: row 5. K goroutines run the same intent at once, as duplicates do when Temporal
