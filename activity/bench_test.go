@@ -32,7 +32,7 @@ func benchStore(b *testing.B) (*activity.Store, *pgxpool.Pool, *pgtest.Counter, 
 	_, err = pool.Exec(context.Background(), `
 		CREATE TABLE `+schema+`.bare (id text PRIMARY KEY, body bytea);
 		CREATE TABLE `+schema+`.stock (sku text PRIMARY KEY, units bigint NOT NULL);
-		CREATE TABLE `+schema+`.outbox (id bigserial PRIMARY KEY, kind text NOT NULL);
+		CREATE TABLE `+schema+`.shipments (id bigserial PRIMARY KEY, kind text NOT NULL);
 		INSERT INTO `+schema+`.stock VALUES ('sku-1', 1000000000);`)
 	require.NoError(b, err)
 	return s, pool, counter, schema
@@ -116,7 +116,7 @@ func BenchmarkDoTx(b *testing.B) {
 		if err := tx.QueryRow(ctx, "UPDATE "+schema+".stock SET units = units - 1 WHERE sku = 'sku-1' RETURNING units").Scan(&left); err != nil {
 			return 0, err
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+schema+".outbox (kind) VALUES ('ship')")
+		_, err := tx.Exec(ctx, "INSERT INTO "+schema+".shipments (kind) VALUES ('ship')")
 		return left, err
 	}
 	b.Run("bare=tx", func(b *testing.B) {

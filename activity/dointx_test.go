@@ -68,7 +68,7 @@ func TestDoInTx(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, "INSERT INTO "+schema+".outbox (kind) VALUES ('order placed')")
+		_, err = tx.Exec(ctx, "INSERT INTO "+schema+".shipments (kind) VALUES ('order placed')")
 		require.NoError(t, err)
 
 		// A retryable error: fn's writes are undone, no receipt, and tx goes on.
@@ -117,7 +117,7 @@ func TestDoInTx(t *testing.T) {
 			defer func() { _ = second.Rollback(ctx) }()
 			// Both take their snapshot before either writes.
 			for _, tx := range []pgx.Tx{first, second} {
-				_, err := tx.Exec(ctx, "SELECT count(*) FROM "+schema+".outbox")
+				_, err := tx.Exec(ctx, "SELECT count(*) FROM "+schema+".shipments")
 				require.NoError(t, err)
 			}
 			left, err := activity.DoInTx(ctx, s, first, c, reserve(schema, 1))
@@ -135,7 +135,7 @@ func TestDoInTx(t *testing.T) {
 				// It reads only; its receipt INSERT waits at the unique index for first's receipt.
 				secondOut, secondErr = activity.DoInTx(ctx, s, second, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
 					var n int
-					err := tx.QueryRow(ctx, "SELECT count(*) FROM "+schema+".outbox").Scan(&n)
+					err := tx.QueryRow(ctx, "SELECT count(*) FROM "+schema+".shipments").Scan(&n)
 					return 100 + n, err
 				})
 			}()

@@ -20,7 +20,7 @@ func stockSetup(t *testing.T, schema string) {
 	t.Helper()
 	_, err := pgtest.Pool(t).Exec(context.Background(), `
 		CREATE TABLE `+schema+`.stock (sku text PRIMARY KEY, units int NOT NULL CHECK (units >= 0));
-		CREATE TABLE `+schema+`.outbox (id bigserial PRIMARY KEY, kind text NOT NULL);
+		CREATE TABLE `+schema+`.shipments (id bigserial PRIMARY KEY, kind text NOT NULL);
 		INSERT INTO `+schema+`.stock VALUES ('sku-1', 10);`)
 	require.NoError(t, err)
 }
@@ -28,7 +28,7 @@ func stockSetup(t *testing.T, schema string) {
 func units(t *testing.T, schema string) (stock, outbox int) {
 	t.Helper()
 	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
-		"SELECT (SELECT units FROM "+schema+".stock), (SELECT count(*) FROM "+schema+".outbox)").Scan(&stock, &outbox))
+		"SELECT (SELECT units FROM "+schema+".stock), (SELECT count(*) FROM "+schema+".shipments)").Scan(&stock, &outbox))
 	return stock, outbox
 }
 
@@ -39,7 +39,7 @@ func reserve(schema string, n int) func(context.Context, pgx.Tx) (int, error) {
 		if err := tx.QueryRow(ctx, "UPDATE "+schema+".stock SET units = units - $1 WHERE sku = 'sku-1' RETURNING units", n).Scan(&left); err != nil {
 			return 0, err
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+schema+".outbox (kind) VALUES ('ship')")
+		_, err := tx.Exec(ctx, "INSERT INTO "+schema+".shipments (kind) VALUES ('ship')")
 		return left, err
 	}
 }

@@ -3,7 +3,6 @@ package activity
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -30,8 +29,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return schema.Migrate(ctx, s.db, s.cfg.Schema)
 }
 
-// ErrNotMigrated is matched by Check's error when the store's schema lacks migrations.
-var ErrNotMigrated = errors.New("receipt store not migrated")
+// ErrNotMigrated is matched by Check's error when the store's schema lacks migrations. It is the
+// same error as outbox.ErrNotMigrated and inbox.ErrNotMigrated: one schema, one set of
+// migrations.
+var ErrNotMigrated = schema.ErrNotMigrated
 
 // Check reports whether the store's schema has every migration this version needs, so that a
 // worker can refuse to start (rather than fail each activity) against an unmigrated database. Its

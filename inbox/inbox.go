@@ -61,6 +61,9 @@ var (
 	// ErrMismatch: this consumer processed a message with this ID and another payload. Nothing
 	// ran: the producer reused an ID, or the message was altered.
 	ErrMismatch = errors.New("inbox: message ID reused with another payload")
+	// ErrNotMigrated: the inbox table is missing; apply tempotent's migrations
+	// (activity.Store.Migrate). The same error as activity.ErrNotMigrated.
+	ErrNotMigrated = schema.ErrNotMigrated
 )
 
 // Config configures an Inbox.
@@ -194,7 +197,7 @@ func (i *Inbox) Claim(ctx context.Context, tx pgx.Tx, m Message) (first bool, er
 			e := &InProgressError{Consumer: i.cfg.Consumer, ID: m.ID, Waited: i.cfg.LockTimeout}
 			return false, temporal.NewApplicationErrorWithOptions(e.Error(), ErrTypeInProgress, temporal.ApplicationErrorOptions{Cause: e})
 		}
-		return false, fmt.Errorf("inbox: claim %s: %w", m.ID, err)
+		return false, fmt.Errorf("inbox: claim %s: %w", m.ID, schema.Explain(err, i.cfg.Schema))
 	}
 	if inserted {
 		return true, nil
@@ -256,7 +259,8 @@ func (i *Inbox) Check(ctx context.Context) error {
 		return fmt.Errorf("inbox: check schema %q: %w", i.cfg.Schema, err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("inbox: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
+		return fmt.Errorf("inbox: %w: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
+			ErrNotMigrated,
 			i.cfg.Schema, missing)
 	}
 	return nil

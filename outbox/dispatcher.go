@@ -18,19 +18,21 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // Defaults applied by NewDispatcher.
 const (
-	BatchDefault          = 100
-	ConcurrencyDefault    = 8
-	LeaseDefault          = 30 * time.Second
-	PollDefault           = time.Second
-	BackoffMinDefault     = time.Second
-	BackoffMaxDefault     = 5 * time.Minute
-	MaxAttemptsDefault    = 25
-	MaintenanceDefault    = time.Minute
-	PruneBatchDefault     = 1000
+	BatchDefault       = 100
+	ConcurrencyDefault = 8
+	LeaseDefault       = 30 * time.Second
+	PollDefault        = time.Second
+	BackoffMinDefault  = time.Second
+	BackoffMaxDefault  = 5 * time.Minute
+	MaxAttemptsDefault = 25
+	MaintenanceDefault = time.Minute
+	PruneBatchDefault  = 1000
+	// ListenBackoffDefault is the pause before listening again after the connection was lost.
 	ListenBackoffDefault  = time.Second
 	publishTimeoutDivisor = 2 // the default publish timeout is the lease divided by this
 )
@@ -289,7 +291,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 		RETURNING m.seq, m.state, m.id, m.topic, coalesce(m.ordering_key, ''), m.payload, m.headers, m.attempts, m.created_at`,
 		topics, d.cfg.Batch, d.cfg.Lease.Microseconds(), d.cfg.MaxAttempts, d.cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
 	}
 	var batch []*claimed
 	for rows.Next() {

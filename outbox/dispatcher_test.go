@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -353,4 +354,44 @@ func TestHTTPPublisher(t *testing.T) {
 	require.Equal(t, "delivered", rowOf(t, name, "flaky").State)
 	require.Equal(t, 1, calls["bad"], "a 400 is not retried")
 	require.Equal(t, "dead", rowOf(t, name, "bad").State)
+}
+
+// Postgres drops the dispatcher's connections (a restart, a failover, a terminated backend): Run
+// logs and goes on, listens again, and delivers what is put afterwards, woken by its
+// notification (polling is all but off).
+func TestRunSurvivesLostConnections(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, name := setup(t, nil)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	app := "tempotent-dispatcher-" + name
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	o, err := outbox.New(pool, &outbox.Config{Schema: name})
+	require.NoError(t, err)
+	r := newRecorder()
+	d := newDispatcher(t, o, r, outbox.DispatcherConfig{Poll: time.Hour, Maintenance: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	listening := func() bool {
+		var n int
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'", app).Scan(&n)
+		return err == nil && n == 1
+	}
+	require.Eventually(t, listening, 10*time.Second, 20*time.Millisecond, "the dispatcher did not LISTEN")
+	var killed int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
+	require.Positive(t, killed)
+	require.Eventually(t, listening, 20*time.Second, 20*time.Millisecond, "the dispatcher did not LISTEN again")
+
+	put(t, ctx, o, outbox.Message{ID: "after", Topic: "t"})
+	require.Eventually(t, func() bool {
+		published, _, _ := r.snapshot()
+		return published["after"] == 1
+	}, 20*time.Second, 10*time.Millisecond, "nothing was delivered after the connections were lost")
 }

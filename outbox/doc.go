@@ -39,5 +39,5 @@
 //
 // Stats gives the backlog, the oldest pending message's age and the dead count (also reported as
 // gauges by running dispatchers, see the Metric constants); Requeue and Discard settle dead
-// messages. The worker package runs a dispatcher inside a worker (worker.Config.Outbox).
+// messages. The worker package runs a dispatcher inside a worker (worker.Env.Dispatch).
 package outbox

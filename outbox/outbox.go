@@ -113,6 +113,9 @@ var (
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidMessage: no topic, or no ID outside a receipt, or an empty header name.
 	ErrInvalidMessage = errors.New("outbox: invalid message")
+	// ErrNotMigrated: the outbox table is missing; apply tempotent's migrations
+	// (activity.Store.Migrate). The same error as activity.ErrNotMigrated.
+	ErrNotMigrated = schema.ErrNotMigrated
 )
 
 // Put writes m in tx, to be delivered once tx commits; if tx rolls back, the message was never
@@ -162,7 +165,7 @@ func (o *Outbox) Put(ctx context.Context, tx pgx.Tx, m Message) error {
 	inserted := rows.Next()
 	rows.Close()
 	if err := cmp.Or(rows.Err(), results.Close()); err != nil {
-		return fmt.Errorf("outbox: put %s: %w", m.ID, err)
+		return fmt.Errorf("outbox: put %s: %w", m.ID, schema.Explain(err, o.cfg.Schema))
 	}
 	if inserted {
 		return nil
@@ -245,7 +248,8 @@ func (o *Outbox) Check(ctx context.Context) error {
 		return fmt.Errorf("outbox: check schema %q: %w", o.cfg.Schema, err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("outbox: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
+		return fmt.Errorf("outbox: %w: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
+			ErrNotMigrated,
 			o.cfg.Schema, missing)
 	}
 	return nil

@@ -292,3 +292,15 @@ func (r *recorder) snapshot() (published map[string]int, byKey map[string][]stri
 	}
 	return published, byKey, append([]string(nil), r.overlaps...)
 }
+
+// An outbox whose schema was never migrated says so, and how to fix it.
+func TestPutBeforeMigrateSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, err := outbox.New(pgtest.Pool(t), &outbox.Config{Schema: pgtest.Schema(t)})
+	require.NoError(t, err)
+	err = pgx.BeginFunc(ctx, pgtest.Pool(t), func(tx pgx.Tx) error { return o.Put(ctx, tx, outbox.Message{ID: "m", Topic: "t"}) })
+	require.ErrorIs(t, err, outbox.ErrNotMigrated)
+	require.ErrorContains(t, err, "Migrate")
+	require.ErrorContains(t, o.Check(ctx), "Migrate")
+}

@@ -7,6 +7,7 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed migrations/*.sql
@@ -145,4 +147,18 @@ func Missing(ctx context.Context, db DB, schema string) ([]string, error) {
 		}
 	}
 	return missing, nil
+}
+
+// ErrNotMigrated is matched by the errors that Explain turns a missing table into.
+var ErrNotMigrated = errors.New("tempotent's tables are missing")
+
+// Explain turns Postgres' "relation does not exist" (42P01) into an error that says what to do,
+// matching ErrNotMigrated; other errors pass through.
+func Explain(err error, schema string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w in schema %q (%v): apply tempotent's migrations with activity.Store.Migrate (the worker's -migrate flag), or activity.Migrations with your own tool",
+			ErrNotMigrated, schema, err)
+	}
+	return err
 }

@@ -67,8 +67,8 @@ func Edge(db *pgxpool.Pool, out *outbox.Outbox, webhookSecret string) (http.Hand
 	return mux, nil
 }
 
-// notify is the shipment notifier: it records a notice per reservation message, once, and counts
-// the duplicate deliveries it acknowledged without running.
+// notify is the shipment notifier: it records a notice per reservation message, once, and notes
+// each duplicate delivery it acknowledged without running.
 func notify(db *pgxpool.Pool, ib *inbox.Inbox) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
@@ -100,7 +100,7 @@ func notify(db *pgxpool.Pool, ib *inbox.Inbox) http.Handler {
 		}
 		failpoint.Hit(failpoint.AfterConsume)
 		if !ran {
-			_, _ = db.Exec(r.Context(), "UPDATE payment_sample.counters SET n = n + 1 WHERE name = 'notifier_duplicates'")
+			_, _ = db.Exec(r.Context(), "INSERT INTO payment_sample.duplicates (message_id, order_id) VALUES ($1, $2)", id, n.OrderID)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -130,10 +130,6 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := payment.Migrate(ctx, env.Pool); err != nil {
 		return Summary{}, err
 	}
-	dupsBefore, err := notifierDuplicates(ctx, env)
-	if err != nil {
-		return Summary{}, err
-	}
 	started := time.Now()
 	if env.TemporalUI != "" {
 		fmt.Fprintf(o.Out, "Temporal Web UI: %s\n", env.TemporalUI)
@@ -207,7 +203,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := sum.countLedgers(ctx, payments.URL, carrier.URL, compensated, ordersByID(orders)); err != nil {
 		return sum, err
 	}
-	if err := sum.countMessages(ctx, env, payments.URL, orders, results, started, dupsBefore); err != nil {
+	if err := sum.countMessages(ctx, env, payments.URL, orders, results, started); err != nil {
 		return sum, err
 	}
 	counts, err := env.Store.CountSince(ctx, started)

@@ -19,18 +19,11 @@ const webhookSecret = "whsec_tempotent_demo"
 // outbox to empty.
 const settleTimeout = time.Minute
 
-// notifierDuplicates reads the shipment notifier's count of duplicates it absorbed.
-func notifierDuplicates(ctx context.Context, env *worker.Env) (int, error) {
-	var n int
-	err := env.Pool.QueryRow(ctx, "SELECT n FROM payment_sample.counters WHERE name = 'notifier_duplicates'").Scan(&n)
-	return n, err
-}
-
 // countMessages waits for the run's messages to settle (the provider has nothing left to send,
 // the outbox nothing left to deliver), then counts what happened to them, at the provider and in
 // the database, and what the workflows received.
 func (s *Summary) countMessages(ctx context.Context, env *worker.Env, paymentsURL string, orders []payment.Order,
-	results map[string]payment.Result, started time.Time, dupsBefore int) error {
+	results map[string]payment.Result, started time.Time) error {
 	fp := fakepay.NewClient(paymentsURL)
 	var ledger fakepay.Ledger
 	for deadline := time.Now().Add(settleTimeout); ; {
@@ -81,24 +74,28 @@ func (s *Summary) countMessages(ctx context.Context, env *worker.Env, paymentsUR
 		}
 	}
 
+	// Only this run's orders: other runs and tests may share the database.
+	ids := make([]string, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
 	err = env.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'delivered') FROM `+schema+`.outbox
-		WHERE topic IN ($1, $2) AND created_at >= $3`, payment.TopicReserved, payment.TopicReleased, started).Scan(&m.OutboxMessages, &m.OutboxDelivered)
+		WHERE topic IN ($1, $2) AND convert_from(payload, 'UTF8')::jsonb ->> 'order_id' = ANY ($3)`,
+		payment.TopicReserved, payment.TopicReleased, ids).Scan(&m.OutboxMessages, &m.OutboxDelivered)
 	if err != nil {
 		return fmt.Errorf("count outbox messages: %w", err)
 	}
 	var processed int
 	err = env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n > 1), count(*) FROM (
-			SELECT count(*) AS n FROM payment_sample.notifications WHERE processed_at >= $1 GROUP BY message_id) per_message`,
-		started).Scan(&m.ProcessedOnce, new(int), &processed)
+			SELECT count(*) AS n FROM payment_sample.notifications WHERE order_id = ANY ($1) GROUP BY message_id) per_message`,
+		ids).Scan(&m.ProcessedOnce, new(int), &processed)
 	if err != nil {
 		return fmt.Errorf("count notifications: %w", err)
 	}
 	m.ProcessedTwice += processed - m.ProcessedOnce
 	m.Lost += max(m.OutboxMessages-processed, 0) // put, never processed
-	dups, err := notifierDuplicates(ctx, env)
-	if err != nil {
-		return err
+	if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM payment_sample.duplicates WHERE order_id = ANY ($1)", ids).Scan(&m.ConsumerDups); err != nil {
+		return fmt.Errorf("count the notifier's duplicates: %w", err)
 	}
-	m.ConsumerDups = dups - dupsBefore
 	return nil
 }
