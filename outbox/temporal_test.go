@@ -103,9 +103,9 @@ func devServer(t *testing.T) client.Client {
 // runID returns the run ID of the latest run of workflow id.
 func runID(t *testing.T, c client.Client, id string) string {
 	t.Helper()
-	resp, err := c.DescribeWorkflowExecution(context.Background(), id, "")
+	d, err := c.DescribeWorkflow(context.Background(), id, "")
 	require.NoError(t, err)
-	return resp.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // executions returns how many runs of workflow id the namespace's visibility lists.
