@@ -325,10 +325,22 @@ func (d *Dispatcher) publish(ctx context.Context, batch []*claimed) {
 			defer func() { <-sem }()
 			pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
 			defer cancel()
-			c.err = d.pub.Publish(pctx, c.delivery)
+			c.err = d.publishOne(pctx, c.delivery)
 		})
 	}
 	wg.Wait()
+}
+
+// publishOne publishes d, turning a panic in the publisher into a failed attempt: a message that
+// makes the publisher panic must not take the worker's activities down with it; it is retried
+// and then parked as dead like any other failure.
+func (d *Dispatcher) publishOne(ctx context.Context, dl Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("outbox: the publisher panicked: %v", p)
+		}
+	}()
+	return d.pub.Publish(ctx, dl)
 }
 
 // mark records each result under this dispatcher's claim: delivered, retried after a backoff,

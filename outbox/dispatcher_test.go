@@ -111,6 +111,7 @@ func TestPoisonMessagesEndDead(t *testing.T) {
 		outbox.Message{ID: "always-fails", Topic: "t"},
 		outbox.Message{ID: "permanent", Topic: "t"},
 		outbox.Message{ID: "kills-its-dispatcher", Topic: "t"},
+		outbox.Message{ID: "panics", Topic: "t"},
 		outbox.Message{ID: "fine", Topic: "t"})
 	// A message claimed MaxAttempts times whose dispatcher never recorded an outcome (it was
 	// killed each time): the attempts were counted at claim, and the lease has ended.
@@ -125,7 +126,9 @@ func TestPoisonMessagesEndDead(t *testing.T) {
 		case "permanent":
 			return outbox.Permanent(errors.New("the receiver does not know this topic"))
 		case "kills-its-dispatcher":
-			panic("published a message that was out of attempts")
+			return errors.New("published a message that was out of attempts")
+		case "panics":
+			panic("a publisher bug this message triggers")
 		}
 		return nil
 	}
@@ -137,10 +140,12 @@ func TestPoisonMessagesEndDead(t *testing.T) {
 	killer := rowOf(t, name, "kills-its-dispatcher")
 	require.Equal(t, "dead", killer.State)
 	require.Contains(t, killer.Error, "claimed 4 times without a recorded outcome")
+	require.NotContains(t, killer.Error, "out of attempts", "a message out of attempts was published")
+	require.Equal(t, row{State: "dead", Attempts: 4, Error: "outbox: the publisher panicked: a publisher bug this message triggers"}, rowOf(t, name, "panics"))
 	require.Equal(t, "delivered", rowOf(t, name, "fine").State)
 	st, err := o.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(3), st.Dead)
+	require.Equal(t, int64(4), st.Dead)
 }
 
 // Ordered messages are published one at a time per key, in order, even when one fails and is

@@ -11,7 +11,9 @@ import (
 // repeated delivery harmless by passing the message ID on, for the receiver to deduplicate on.
 //
 // A nil error marks the message delivered. An error wrapped by Permanent parks it as dead at
-// once; any other error retries it after a backoff, until DispatcherConfig.MaxAttempts.
+// once; any other error retries it after a backoff, until DispatcherConfig.MaxAttempts. A panic in
+// Publish is recovered and counts as such an error, so that one bad message cannot take down the
+// process it runs in.
 type Publisher interface {
 	Publish(ctx context.Context, d Delivery) error
 }
