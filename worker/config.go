@@ -21,6 +21,8 @@ const (
 	NamespaceDefault     = "default"
 	TaskQueueDefault     = "tempotent-payments"
 	ShutdownGraceDefault = 30 * time.Second
+	// PurgeEveryDefault is how often a worker purges expired receipts (see Config.PurgeEvery).
+	PurgeEveryDefault = 10 * time.Minute
 	TemporalCLIDefault   = "bin/temporal"
 	DataDirDefault       = ".tmp"
 )
@@ -49,6 +51,11 @@ type Config struct {
 	// ShutdownGrace is how long running activities may take to finish after SIGINT or
 	// SIGTERM. Env TEMPOTENT_SHUTDOWN_GRACE.
 	ShutdownGrace time.Duration
+	// PurgeEvery is how often the worker deletes receipts past their retention (Store.Purge, in
+	// bounded batches), give or take a fifth at random so that workers started together do not
+	// purge together; one worker at a time does it, under an advisory lock. Negative turns it off
+	// (purge from a job of your own). Env TEMPOTENT_PURGE_EVERY; default PurgeEveryDefault.
+	PurgeEvery time.Duration
 	// TemporalCLI is the temporal binary for the dev server (make bin/temporal installs it).
 	// Env TEMPORAL_CLI.
 	TemporalCLI string
@@ -79,11 +86,12 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply the receipt migrations at start (env TEMPOTENT_MIGRATE=1)")
 	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(env("TEMPOTENT_LOG_LEVEL"), "info"), "debug, info, warn or error (env TEMPOTENT_LOG_LEVEL)")
 	fs.Func("shutdown-grace", "how long running activities may finish after SIGINT/SIGTERM (env TEMPOTENT_SHUTDOWN_GRACE)", durationFlag(&c.ShutdownGrace))
+	fs.Func("purge-every", "how often expired receipts are purged, e.g. 10m; negative turns it off (env TEMPOTENT_PURGE_EVERY)", durationFlag(&c.PurgeEvery))
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", cmp.Or(env("TEMPORAL_CLI"), TemporalCLIDefault), "temporal binary for the dev server (env TEMPORAL_CLI)")
 	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(env("TEMPOTENT_DATA_DIR"), DataDirDefault), "folder for local mode's throwaway Postgres (env TEMPOTENT_DATA_DIR)")
 	// Environment values of the duration flags are parsed here so that a bad one is reported
 	// like a bad flag.
-	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE"), "max-payload-bytes": env("TEMPOTENT_MAX_PAYLOAD_BYTES")} {
+	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE"), "max-payload-bytes": env("TEMPOTENT_MAX_PAYLOAD_BYTES"), "purge-every": env("TEMPOTENT_PURGE_EVERY")} {
 		if v != "" {
 			if err := fs.Set(name, v); err != nil {
 				c.envErrs = append(c.envErrs, fmt.Errorf("environment: %s=%q: %w", envName(name), v, err))
@@ -114,6 +122,7 @@ func (c Config) WithDefaults() Config {
 	c.Receipts = c.Receipts.WithDefaults()
 	c.LogLevel = cmp.Or(c.LogLevel, "info")
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.PurgeEvery = cmp.Or(c.PurgeEvery, PurgeEveryDefault)
 	c.TemporalCLI = cmp.Or(c.TemporalCLI, TemporalCLIDefault)
 	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
 	return c

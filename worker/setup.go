@@ -186,9 +186,10 @@ func (e *Env) Dispatch(pub outbox.Publisher, cfg *outbox.DispatcherConfig) error
 	return nil
 }
 
-// Run runs w, and the dispatchers that Dispatch added, until ctx ends or the process gets SIGINT
-// or SIGTERM. Then it stops polling and gives running activities ShutdownGrace to finish before
-// it returns; dispatchers finish the batch they hold.
+// Run runs w, the dispatchers that Dispatch added, and the purger of expired receipts (see
+// Config.PurgeEvery), until ctx ends or the process gets SIGINT or SIGTERM. Then it stops
+// polling and gives running activities ShutdownGrace to finish before it returns; dispatchers
+// finish the batch they hold.
 func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -200,6 +201,9 @@ func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 	var wg sync.WaitGroup
 	for _, d := range e.dispatchers {
 		wg.Go(func() { _ = d.Run(ctx) })
+	}
+	if e.Config.PurgeEvery > 0 {
+		wg.Go(func() { e.purgeLoop(ctx) })
 	}
 	<-ctx.Done()
 	e.Log.Info("stopping: no new tasks; running activities may finish", "grace", e.Config.ShutdownGrace)
