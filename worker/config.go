@@ -22,9 +22,9 @@ const (
 	TaskQueueDefault     = "tempotent-payments"
 	ShutdownGraceDefault = 30 * time.Second
 	// PurgeEveryDefault is how often a worker purges expired receipts (see Config.PurgeEvery).
-	PurgeEveryDefault = 10 * time.Minute
-	TemporalCLIDefault   = "bin/temporal"
-	DataDirDefault       = ".tmp"
+	PurgeEveryDefault  = 10 * time.Minute
+	TemporalCLIDefault = "bin/temporal"
+	DataDirDefault     = ".tmp"
 )
 
 // Config is what a tempotent worker needs. Every field can come from a flag and from the
