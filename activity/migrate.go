@@ -3,8 +3,6 @@ package activity
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/tempotent/tempotent/internal/schema"
 )
@@ -39,13 +37,5 @@ var ErrNotMigrated = schema.ErrNotMigrated
 // error says which migrations are missing and how to apply them; it matches ErrNotMigrated when
 // the database answered, and is a connection error otherwise.
 func (s *Store) Check(ctx context.Context) error {
-	missing, err := schema.Missing(ctx, s.db, s.cfg.Schema)
-	if err != nil {
-		return fmt.Errorf("check the receipt store's schema %q: %w", s.cfg.Schema, err)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: schema %q lacks migrations %s: call Store.Migrate (the worker's -migrate flag, TEMPOTENT_MIGRATE=1), or apply activity.Migrations with your migration tool",
-			ErrNotMigrated, s.cfg.Schema, strings.Join(missing, ", "))
-	}
-	return nil
+	return schema.Check(ctx, s.db, s.cfg.Schema)
 }

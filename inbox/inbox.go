@@ -254,14 +254,8 @@ func (i *Inbox) Purge(ctx context.Context, limit int) (int64, error) {
 
 // Check reports whether the inbox's schema has its table; its error says how to create it.
 func (i *Inbox) Check(ctx context.Context) error {
-	missing, err := schema.Missing(ctx, i.db, i.cfg.Schema)
-	if err != nil {
-		return fmt.Errorf("inbox: check schema %q: %w", i.cfg.Schema, err)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("inbox: %w: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
-			ErrNotMigrated,
-			i.cfg.Schema, missing)
+	if err := schema.Check(ctx, i.db, i.cfg.Schema); err != nil {
+		return fmt.Errorf("inbox: %w", err)
 	}
 	return nil
 }

@@ -243,14 +243,8 @@ func writeField(h interface{ Write([]byte) (int, error) }, s string) {
 
 // Check reports whether the outbox's schema has its table; its error says how to create it.
 func (o *Outbox) Check(ctx context.Context) error {
-	missing, err := schema.Missing(ctx, o.db, o.cfg.Schema)
-	if err != nil {
-		return fmt.Errorf("outbox: check schema %q: %w", o.cfg.Schema, err)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("outbox: %w: schema %q lacks migrations %v: call activity.Store.Migrate (the worker's -migrate flag), or apply activity.Migrations with your migration tool",
-			ErrNotMigrated,
-			o.cfg.Schema, missing)
+	if err := schema.Check(ctx, o.db, o.cfg.Schema); err != nil {
+		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil
 }

@@ -118,9 +118,26 @@ func Migrate(ctx context.Context, db DB, schema string) error {
 	return nil
 }
 
-// Missing returns the migrations that schema lacks, as "003_messages", in version order. An
-// error means the database did not answer.
-func Missing(ctx context.Context, db DB, schema string) ([]string, error) {
+// howToMigrate is what every "not migrated" error tells the user to do.
+const howToMigrate = "apply tempotent's migrations with activity.Store.Migrate (the worker's -migrate flag, TEMPOTENT_MIGRATE=1), or activity.Migrations with your own tool"
+
+// Check reports whether schema has every migration this version needs. Its error matches
+// ErrNotMigrated and names the missing migrations and how to apply them when the database
+// answered, and is the connection's error otherwise.
+func Check(ctx context.Context, db DB, schema string) error {
+	missing, err := missingMigrations(ctx, db, schema)
+	if err != nil {
+		return fmt.Errorf("check schema %q: %w", schema, err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: schema %q lacks migrations %s: %s", ErrNotMigrated, schema, strings.Join(missing, ", "), howToMigrate)
+	}
+	return nil
+}
+
+// missingMigrations returns the migrations that schema lacks, as "003_messages", in version
+// order. An error means the database did not answer.
+func missingMigrations(ctx context.Context, db DB, schema string) ([]string, error) {
 	migrations, err := Migrations(schema)
 	if err != nil {
 		return nil, err
@@ -157,8 +174,7 @@ var ErrNotMigrated = errors.New("tempotent's tables are missing")
 func Explain(err error, schema string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return fmt.Errorf("%w in schema %q (%v): apply tempotent's migrations with activity.Store.Migrate (the worker's -migrate flag), or activity.Migrations with your own tool",
-			ErrNotMigrated, schema, err)
+		return fmt.Errorf("%w in schema %q (%v): %s", ErrNotMigrated, schema, err, howToMigrate)
 	}
 	return err
 }
