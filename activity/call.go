@@ -45,6 +45,9 @@ type Call struct {
 	// asks it what an earlier attempt did under the token after a takeover. Without it, such a
 	// takeover fails with OutcomeUnknownError instead of guessing.
 	Reconcile ReconcileFunc
+
+	// origin is filled from the context by the Store, never by callers.
+	origin origin
 }
 
 // Defaults of the downstream's properties in Call and Options.

@@ -59,8 +59,8 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	reserved := func(id string) *completion {
 		k := keys.Key{Namespace: "batch", Operation: "Charge", ID: id}
 		res := newReservation()
-		_, err := scanReceipt(s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
-			string(k.Token()), fp.Sum[:], fp.Version, res.uuid(), time.Hour.Microseconds(), s.cfg.Retention.Microseconds()))
+		_, err := scanReceipt(s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.reserve,
+			s.reserveArgs(Call{Key: k, Fingerprint: fp}, res, time.Hour)...))
 		require.NoError(t, err)
 		return &completion{key: k, reservation: res, fingerprint: fp,
 			outcome: outcome{state: StateCompleted, result: []byte("1")}, done: make(chan struct{})}

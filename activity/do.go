@@ -18,23 +18,23 @@ import (
 type payloadFunc func(ctx context.Context) (*commonpb.Payload, error)
 
 // do runs the external-effect state machine of the module's DESIGN.md for one call.
-func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Payload, error) {
+func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Payload, err error) {
 	if err := s.check(c); err != nil {
 		return nil, err
 	}
+	// The reserve span ends where the attempt goes on to run or replay, or fails.
+	_, reserving := s.startSpan(ctx, SpanReserve, c.Key)
+	defer func() { reserving.end(err) }()
 	k, lease := c.Key, s.leaseFor(ctx, c)
 	// Leases and retention are measured on the database clock (now() in every statement); only
 	// their lengths come from here.
 	obs := newObserver(ctx, s, k)
+	c.origin = originOf(ctx)
 
 	res := newReservation()
-	var (
-		r   receipt
-		err error
-	)
+	var r receipt
 	for range 2 {
-		r, err = scanReceipt(s.queryRow(ctx, s.receipts, s.reserveSettings(c), s.sql.reserve, k.Namespace, k.Tenant, k.Operation, k.ID,
-			string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version, res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()))
+		r, err = scanReceipt(s.queryRow(ctx, s.receipts, s.reserveSettings(c), s.sql.reserve, s.reserveArgs(c, res, lease)...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			// A concurrent attempt's receipt, committed after this statement's snapshot. It can
 			// be gone again by the time it is read (its reservation lost in a crash): reserve
@@ -50,6 +50,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 	}
 	if r.inserted {
 		obs.count(MetricReserved)
+		reserving.end(nil)
 		return s.run(ctx, &attempt{call: c, reservation: res, obs: obs}, fn)
 	}
 
@@ -62,7 +63,11 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 		switch r.state {
 		case StateCompleted, StateFailed:
 			obs.count(MetricReplayed)
-			return s.replay(k, r)
+			reserving.end(nil)
+			_, replaying := s.startSpan(ctx, SpanReplay, k)
+			p, err := s.replay(k, r)
+			replaying.end(err)
+			return p, err
 		}
 		if r.lease > 0 {
 			if finished, ok := s.await(ctx, k, r); ok {
@@ -87,6 +92,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 			a.age = time.Duration(ageUS) * time.Microsecond
 			obs.count(MetricTakenOver)
 			obs.log("took over a receipt whose lease ended", "fence", fence, "effect_possible", r.effectPossible)
+			reserving.end(nil)
 			return s.run(ctx, a, fn)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -97,6 +103,13 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (*commonpb.Paylo
 		}
 	}
 	return nil, &InProgressError{Key: k, RetryAfter: 100 * time.Millisecond}
+}
+
+// reserveArgs are the arguments of the reserve statement for c under reservation res.
+func (s *Store) reserveArgs(c Call, res reservation, lease time.Duration) []any {
+	k := c.Key
+	return append([]any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
+		res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()}, c.origin.args()...)
 }
 
 // retryAfter is the next-retry delay of an InProgressError when the key is busy for wait more.
@@ -197,7 +210,9 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 		if a.call.Reconcile == nil {
 			return settle(nil, s.finish(ctx, a, nil, &OutcomeUnknownError{Key: k, Token: token, Reason: reason}))
 		}
-		result, found, err := a.call.Reconcile(ctx, token)
+		rctx, reconciling := s.startSpan(ctx, SpanReconcile, k)
+		result, found, err := a.call.Reconcile(rctx, token)
+		reconciling.end(err)
 		if err != nil {
 			// Not knowing is not an outcome: the receipt keeps saying that an effect may have
 			// happened, and the next attempt asks again.
@@ -230,7 +245,9 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	}
 
 	failpoint.Hit(failpoint.AfterReserve)
-	p, err := fn(ctx)
+	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	p, err := fn(cctx)
+	calling.end(err)
 	failpoint.Hit(failpoint.AfterDownstream)
 	if err == nil {
 		err = s.checkSize(k, p)
@@ -259,8 +276,16 @@ func settle(p *commonpb.Payload, finishErr error) (*commonpb.Payload, error) {
 // finish records the outcome of attempt a and returns err, or the error that stopped it from
 // recording. Final outcomes (a result, a non-retryable error) complete the receipt; retryable
 // errors release the lease, keeping the token for the next attempt.
-func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err error) error {
+func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err error) (ferr error) {
 	k := a.call.Key
+	_, completing := s.startSpan(ctx, SpanComplete, k)
+	defer func() {
+		stepErr := ferr
+		if stepErr == err {
+			stepErr = nil // the attempt's own error is the call span's, not this step's
+		}
+		completing.end(stepErr)
+	}()
 	// The bookkeeping write must happen even when the activity's context was cancelled or timed
 	// out just as the function returned: otherwise the outcome would be known only to a
 	// takeover.

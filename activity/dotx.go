@@ -27,6 +27,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	if err := s.check(c); err != nil {
 		return nil, err
 	}
+	c.origin = originOf(ctx)
 	k := c.Key
 	obs := newObserver(ctx, s, k)
 
@@ -67,7 +68,9 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	wctx, cancel := s.writeContext(ctx)
 	defer cancel()
 
-	p, err := fn(withRunning(keys.WithToken(ctx, k.Token()), s, c), tx)
+	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	p, err := fn(withRunning(keys.WithToken(cctx, k.Token()), s, c), tx)
+	calling.end(err)
 	if err == nil {
 		err = s.checkSize(k, p)
 	}
@@ -172,8 +175,8 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 
 func (s *Store) finalArgs(c Call, o outcome) []any {
 	k := c.Key
-	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
-		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}
+	return append([]any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
+		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}, c.origin.args()...)
 }
 
 // doInTx runs the local-mutation path in the caller's transaction: the receipt commits when the
@@ -184,6 +187,7 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 	if err := s.check(c); err != nil {
 		return nil, err
 	}
+	c.origin = originOf(ctx)
 	if tx == nil {
 		return nil, errors.New("activity.DoInTx: tx is nil; begin a transaction, or call DoInNewTx")
 	}
@@ -201,7 +205,9 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 	if err != nil {
 		return nil, &StoreError{Op: "savepoint", Key: k, Err: err}
 	}
-	p, err := fn(withRunning(keys.WithToken(ctx, k.Token()), s, c), sp)
+	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	p, err := fn(withRunning(keys.WithToken(cctx, k.Token()), s, c), sp)
+	calling.end(err)
 	if err == nil {
 		err = s.checkSize(k, p)
 	}

@@ -55,11 +55,11 @@ type MismatchError struct {
 
 func (e *MismatchError) Error() string {
 	if e.Stored.Version != e.Actual.Version {
-		return fmt.Sprintf("payload mismatch for key %s: the receipt's fingerprint is version %d and this build computes version %d; the receipt cannot be compared, so nothing was called",
-			e.Key, e.Stored.Version, e.Actual.Version)
+		return fmt.Sprintf("payload mismatch for %s: the receipt's fingerprint is version %d and this build computes version %d; the receipt cannot be compared, so nothing was called",
+			ref(e.Key), e.Stored.Version, e.Actual.Version)
 	}
-	return fmt.Sprintf("payload mismatch for key %s: the same key was used with a different request (recorded %s, got %s); use a new key for a new intent",
-		e.Key, e.Stored, e.Actual)
+	return fmt.Sprintf("payload mismatch for %s: the same key was used with a different request (recorded %s, got %s); use a new key for a new intent",
+		ref(e.Key), e.Stored, e.Actual)
 }
 
 func (e *MismatchError) Is(target error) bool { return target == ErrPayloadMismatch }
@@ -72,7 +72,7 @@ type InProgressError struct {
 }
 
 func (e *InProgressError) Error() string {
-	return fmt.Sprintf("key %s is in progress in another attempt; retry in %v", e.Key, e.RetryAfter)
+	return fmt.Sprintf("%s is in progress in another attempt; retry in %v", ref(e.Key), e.RetryAfter)
 }
 
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
@@ -89,8 +89,8 @@ type OutcomeUnknownError struct {
 }
 
 func (e *OutcomeUnknownError) Error() string {
-	return fmt.Sprintf("outcome unknown for key %s (token %s): an earlier attempt may have had its effect, and calling again is not safe (%s); no reconcile function was given, so it was not called again. Check the downstream for token %s, then resolve the receipt by hand",
-		e.Key, e.Token, e.Reason, e.Token)
+	return fmt.Sprintf("outcome unknown for %s: an earlier attempt may have had its effect, and calling again is not safe (%s); no reconcile function was given, so it was not called again. Check the downstream for token %s, then resolve the receipt: tempotent receipts resolve %s --applied --result JSON (or --not-applied) --reason WHY",
+		ref(e.Key), e.Reason, e.Token, e.Token)
 }
 
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
@@ -100,7 +100,7 @@ func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcom
 type FencedOutError struct{ Key keys.Key }
 
 func (e *FencedOutError) Error() string {
-	return fmt.Sprintf("attempt for key %s was fenced out by a newer attempt; its result was not recorded", e.Key)
+	return fmt.Sprintf("attempt for %s was fenced out by a newer attempt; its result was not recorded", ref(e.Key))
 }
 
 func (e *FencedOutError) Is(target error) bool { return target == ErrFencedOut }
@@ -116,7 +116,7 @@ type ReconcileError struct {
 }
 
 func (e *ReconcileError) Error() string {
-	return fmt.Sprintf("reconcile key %s (token %s): %v; the receipt still says an effect may have happened, and the next attempt asks again", e.Key, e.Token, e.Err)
+	return fmt.Sprintf("reconcile %s (token %s): %v; the receipt still says an effect may have happened, and the next attempt asks again", e.Key.Operation, e.Token, e.Err)
 }
 
 func (e *ReconcileError) Unwrap() error        { return e.Err }
@@ -147,8 +147,8 @@ type HorizonError struct {
 }
 
 func (e *HorizonError) Error() string {
-	return fmt.Sprintf("key %s: the activity was scheduled at %s, longer ago than the receipts' retention (%v); its receipt may have been purged, so it was refused. Start a new intent, or raise Config.Retention above your retry and reset horizon",
-		e.Key, e.Scheduled.UTC().Format(time.RFC3339), e.Retention)
+	return fmt.Sprintf("%s: the activity was scheduled at %s, longer ago than the receipts' retention (%v); its receipt may have been purged, so it was refused. Start a new intent, or raise Config.Retention above your retry and reset horizon",
+		ref(e.Key), e.Scheduled.UTC().Format(time.RFC3339), e.Retention)
 }
 
 func (e *HorizonError) Is(target error) bool { return target == ErrBeyondHorizon }
@@ -161,7 +161,7 @@ type PayloadTooLargeError struct {
 }
 
 func (e *PayloadTooLargeError) Error() string {
-	return fmt.Sprintf("result for key %s is %d bytes, above the limit of %d (Config.MaxPayloadBytes); return a reference to the data instead of the data", e.Key, e.Size, e.Limit)
+	return fmt.Sprintf("result for %s is %d bytes, above the limit of %d (Config.MaxPayloadBytes); return a reference to the data instead of the data", ref(e.Key), e.Size, e.Limit)
 }
 
 func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPayloadTooLarge }
@@ -178,9 +178,9 @@ type StoreError struct {
 func (e *StoreError) Error() string {
 	var pgErr *pgconn.PgError
 	if errors.As(e.Err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: run Store.Migrate (or apply activity.Migrations) first: %v", e.Op, e.Key, e.Err)
+		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: run Store.Migrate (or apply activity.Migrations) first: %v", e.Op, ref(e.Key), e.Err)
 	}
-	return fmt.Sprintf("%s receipt %s: %v", e.Op, e.Key, e.Err)
+	return fmt.Sprintf("%s receipt %s: %v", e.Op, ref(e.Key), e.Err)
 }
 
 func (e *StoreError) Unwrap() error        { return e.Err }
@@ -263,3 +263,7 @@ func toTemporal(err error) error {
 	}
 	return err
 }
+
+// ref names a key in messages by its operation and token: keys carry workflow IDs and explicit
+// IDs, which may hold customer data, and messages end up in logs and workflow histories.
+func ref(k keys.Key) string { return fmt.Sprintf("%s (token %s)", k.Operation, k.Token()) }

@@ -572,7 +572,7 @@ func (x *explorer) chooseAction(e event) action {
 			return reconcileRefused
 		}
 		return reconcileAmbiguous
-	case "read", "countHeld", "countUnresolved":
+	case "read", "countUnresolved":
 		if r < 10 {
 			return backendGone
 		}
@@ -1003,7 +1003,7 @@ func (s *Store) statementName(sql string) string {
 	for name, stmt := range map[string]string{
 		"reserve": s.sql.reserve, "read": s.sql.read, "takeOver": s.sql.takeOver, "complete": s.sql.complete,
 		"completeSkipLocked": s.sql.completeSkipLocked, "completeBatch": s.sql.completeBatch, "release": s.sql.release,
-		"extend": s.sql.extend, "purge": s.sql.purge, "countHeld": s.sql.countHeld, "countUnresolved": s.sql.countUnresolved,
+		"extend": s.sql.extend, "purge": s.sql.purge, "countUnresolved": s.sql.countUnresolved,
 	} {
 		if sql == stmt {
 			return name
@@ -1058,7 +1058,7 @@ func (b *steppedBatcher) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.Ba
 func (b *steppedBatcher) after(name string, args []any, async, answered bool) {
 	a, x := b.a, b.x
 	switch name {
-	case "read", "countHeld", "countUnresolved":
+	case "read", "countUnresolved":
 		return // reads commit nothing
 	case "reserve":
 		a.candidate = reservation(args[7].(pgtype.UUID).Bytes)

@@ -155,6 +155,8 @@ func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), unresolved, "the dead attempt's receipt is the one unresolved")
 	require.Equal(t, 1.0, held.value(activity.MetricUnresolvedHeld), "the receipt kept back is not reported")
+	require.Equal(t, 1.0, held.value(activity.MetricUnresolved), "the unresolved receipt is not reported")
+	require.Greater(t, held.value(activity.MetricUnresolvedOldest), 0.0, "the unresolved receipt's wait is not reported")
 
 	var left []string
 	rows, err := db.Query(ctx, "SELECT id FROM "+schema+".receipts ORDER BY id")

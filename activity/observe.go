@@ -2,9 +2,11 @@ package activity
 
 import (
 	"context"
+	"time"
 
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotent/tempotent/keys"
@@ -46,5 +48,57 @@ func (o observer) log(msg string, keyvals ...any) {
 	if o.logger == nil {
 		return
 	}
-	o.logger.Info("tempotent: "+msg, append([]any{"key", o.key.String(), "token", o.key.Token().String()}, keyvals...)...)
+	// The token and operation only: a key holds workflow and explicit IDs, which may carry
+	// customer data.
+	o.logger.Info("tempotent: "+msg, append([]any{"operation", o.key.Operation, "token", o.key.Token().String()}, keyvals...)...)
+}
+
+// Span names: one span per receipt step, named "<step>:<operation>" by the SDK's convention
+// (BaseTracer.SpanName), each a child of the span in the activity's context — the SDK tracing
+// interceptor's RunActivity span — so that a trace shows where an attempt spent its time.
+const (
+	SpanReserve   = "tempotent.Reserve"   // the reserve (or takeover) round trip
+	SpanReplay    = "tempotent.Replay"    // a finished receipt's result decoded and returned
+	SpanCall      = "tempotent.Call"      // the protected function; its own spans are children of this one
+	SpanReconcile = "tempotent.Reconcile" // Reconcile asked the downstream what an earlier attempt did
+	SpanComplete  = "tempotent.Complete"  // the outcome recorded (or the lease released)
+)
+
+// Span tags. Only the token and the operation: never the key, which may hold customer data, nor
+// any payload.
+const (
+	TagToken     = "tempotent.token"
+	TagOperation = "tempotent.operation"
+)
+
+// span is one receipt step being traced; the zero span traces nothing.
+type span struct {
+	span interceptor.TracerSpan
+}
+
+// startSpan starts the span of a receipt step on the store's Config.Tracer, as a child of the
+// span in ctx, and returns ctx with the new span in it.
+func (s *Store) startSpan(ctx context.Context, step string, k keys.Key) (context.Context, *span) {
+	t := s.cfg.Tracer
+	if t == nil {
+		return ctx, &span{}
+	}
+	tags := map[string]string{TagToken: k.Token().String(), TagOperation: k.Operation}
+	opts := &interceptor.TracerStartSpanOptions{Operation: step, Name: k.Operation, Time: time.Now(), DependedOn: true, Tags: tags}
+	if parent := t.SpanFromContext(ctx); parent != nil {
+		opts.Parent = parent
+	}
+	sp, err := t.StartSpan(opts)
+	if err != nil {
+		return ctx, &span{} // tracing never fails an attempt
+	}
+	return t.ContextWithSpan(ctx, sp), &span{span: sp}
+}
+
+// end finishes the span, recording err; a span ends once, and later calls do nothing.
+func (sp *span) end(err error) {
+	if sp.span != nil {
+		sp.span.Finish(&interceptor.TracerFinishSpanOptions{Error: err})
+		sp.span = nil
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // MetricUnresolvedHeld is the gauge, sent to Config.MetricsHandler after each Purge, of receipts
@@ -11,6 +13,16 @@ import (
 // had its effect and nothing recorded what happened (OutcomeUnknown, or pending with an ended
 // lease). They stay until an operator resolves them; alert when it is not zero.
 const MetricUnresolvedHeld = "tempotent_receipts_unresolved_held"
+
+// MetricUnresolved is the gauge, sent with MetricUnresolvedHeld, of every unresolved receipt,
+// within its retention or past it; MetricUnresolvedOldest is how long, in seconds, the
+// longest-waiting of them has waited since its outcome became unknown or its lease ended. A
+// lease that ended between two attempts of a retry counts for a moment; one that stays is an
+// intent its workflow gave up on. Alert on the age: a few minutes is a retry, an hour is a person's job.
+const (
+	MetricUnresolved       = "tempotent_receipts_unresolved"
+	MetricUnresolvedOldest = "tempotent_receipts_unresolved_oldest_seconds"
+)
 
 // Purge deletes up to limit receipts whose retention has ended and whose outcome is settled
 // (PurgeBatchDefault when limit is not positive), and returns how many it deleted. It never
@@ -30,11 +42,13 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("purge receipts: %w", err)
 	}
-	var held int64
-	if err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countHeld).Scan(&held); err != nil {
-		return tag.RowsAffected(), fmt.Errorf("purge receipts: count the unresolved ones kept: %w", err)
+	u, err := s.unresolvedNow(ctx)
+	if err != nil {
+		return tag.RowsAffected(), fmt.Errorf("purge receipts: %w", err)
 	}
-	s.cfg.MetricsHandler.Gauge(MetricUnresolvedHeld).Update(float64(held))
+	s.cfg.MetricsHandler.Gauge(MetricUnresolvedHeld).Update(float64(u.held))
+	s.cfg.MetricsHandler.Gauge(MetricUnresolved).Update(float64(u.count))
+	s.cfg.MetricsHandler.Gauge(MetricUnresolvedOldest).Update(u.oldest.Seconds())
 	return tag.RowsAffected(), nil
 }
 
@@ -44,12 +58,30 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 // whose workflow gave up on it. Each needs someone to find out, under its token, what the
 // downstream did.
 func (s *Store) Unresolved(ctx context.Context) (int64, error) {
-	var n int64
-	if err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countUnresolved).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count unresolved receipts: %w", err)
-	}
-	return n, nil
+	u, err := s.unresolvedNow(ctx)
+	return u.count, err
 }
+
+// unresolvedCount is what countUnresolved reads.
+type unresolvedCount struct {
+	count, held int64
+	oldest      time.Duration
+}
+
+func (s *Store) unresolvedNow(ctx context.Context) (unresolvedCount, error) {
+	var (
+		u        unresolvedCount
+		oldestUS int64
+	)
+	if err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.countUnresolved).Scan(&u.count, &u.held, &oldestUS); err != nil {
+		return unresolvedCount{}, fmt.Errorf("count unresolved receipts: %w", s.explain(err))
+	}
+	u.oldest = time.Duration(oldestUS) * time.Microsecond
+	return u, nil
+}
+
+// explain turns a missing table into ErrNotMigrated, with what to do.
+func (s *Store) explain(err error) error { return schema.Explain(err, s.cfg.Schema) }
 
 // Counts is how many receipts are in each state; Unresolved counts those that Unresolved would
 // (a subset of Pending and Failed).

@@ -108,7 +108,7 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 				result, err = proto.Marshal(sealed)
 			}
 			if err != nil {
-				return outcome{}, fmt.Errorf("encode result for key %s: %w", k, err)
+				return outcome{}, fmt.Errorf("encode result for %s: %w", ref(k), err)
 			}
 		}
 		return outcome{state: StateCompleted, result: result}, nil
@@ -116,7 +116,7 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 	f := s.failureOf(err)
 	failure, encErr := proto.Marshal(f)
 	if encErr != nil {
-		return outcome{}, fmt.Errorf("encode failure for key %s: %w", k, encErr)
+		return outcome{}, fmt.Errorf("encode failure for %s: %w", ref(k), encErr)
 	}
 	t := textOf(f.GetApplicationFailureInfo().GetType())
 	m := textOf(f.GetMessage())
@@ -190,7 +190,7 @@ func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
 	}
 	p := new(commonpb.Payload)
 	if err := proto.Unmarshal(r.result, p); err != nil {
-		return nil, fmt.Errorf("decode recorded result for key %s: %w", k, err)
+		return nil, fmt.Errorf("decode recorded result for %s: %w", ref(k), err)
 	}
 	return s.open(p)
 }
@@ -229,7 +229,7 @@ func (s *Store) check(c Call) error {
 		return err
 	}
 	if c.Fingerprint.Version == 0 {
-		return fmt.Errorf("key %s: %w: the call has no fingerprint; set Call.Fingerprint with keys.FingerprintOf", c.Key, keys.ErrNotCanonicalizable)
+		return fmt.Errorf("%s: %w: the call has no fingerprint; set Call.Fingerprint with keys.FingerprintOf", ref(c.Key), keys.ErrNotCanonicalizable)
 	}
 	// ScheduledAt is stamped by the Temporal server and compared with this worker's clock: skew
 	// of seconds against a retention of days does not matter.
@@ -261,7 +261,7 @@ func (s *Store) encode(k keys.Key, v any) (*commonpb.Payload, error) {
 	}
 	p, err := s.cfg.DataConverter.ToPayload(v)
 	if err != nil {
-		return nil, fmt.Errorf("encode result for key %s: %w", k, err)
+		return nil, fmt.Errorf("encode result for %s: %w", ref(k), err)
 	}
 	return p, s.checkSize(k, p)
 }

@@ -16,7 +16,8 @@ type statements struct {
 	settings, settingsAsync, txSettings                                  string
 	reserve, read, takeOver, complete, completeSkipLocked, completeBatch string
 	release, extend, insertFinal                                         string
-	purge, countHeld, countUnresolved, countSince                        string
+	purge, countUnresolved, countSince                                   string
+	resolveApplied, resolveNotApplied                                    string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -146,8 +147,10 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5
 		// aborts the transaction it was sent in, business writes included.
 		insertFinal: fmt.Sprintf(`
 INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
-	state, result, failure, error_type, error_message, completed_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond')`, table),
+	state, result, failure, error_type, error_message, completed_at, expires_at,
+	workflow_id, run_id, activity_id, activity_type, compensates)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond',
+	$14, $15, $16, $17, $18)`, table),
 
 		// purge deletes up to $1 expired receipts whose outcome is settled: completed, failed
 		// for a known reason, or pending after an attempt that certainly had no effect and whose
@@ -162,12 +165,33 @@ DELETE FROM %[1]s WHERE ctid IN (
 		OR (state = 'pending' AND NOT effect_possible AND lease_expires_at <= now()))
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table),
 
-		// countHeld counts the expired receipts that purge keeps because they are unresolved.
-		countHeld: fmt.Sprintf(`SELECT count(*) FROM %[1]s WHERE expires_at <= now() AND %[2]s`, table, unresolved),
+		// countUnresolved counts every unresolved receipt, those of them past their retention
+		// (which purge keeps), and how long ago the longest-waiting one became unresolved (its
+		// outcome recorded as unknown, or its lease ended), in microseconds. The first condition
+		// is the unresolved index's.
+		countUnresolved: fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE expires_at <= now()),
+	coalesce((extract(epoch FROM now() - min(coalesce(completed_at, lease_expires_at))) * 1000000)::bigint, 0)
+FROM %[1]s WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
 
-		// countUnresolved counts every unresolved receipt, expired or not.
-		countUnresolved: fmt.Sprintf(`SELECT count(*) FROM %[1]s
-WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
+		// resolveApplied and resolveNotApplied settle an unresolved receipt by hand ($1 its
+		// token, $3 who, $4 why). Either replaces the reservation ($2, held by no attempt), so that
+		// an attempt still holding the ended lease writes nothing afterwards. Race: an attempt
+		// that takes over first makes the lease live, and the receipt no longer unresolved, so the
+		// resolution matches nothing (and the other way round). Applied completes the receipt with
+		// the result $5; not applied leaves it pending with its lease ended and no effect
+		// possible, so that the next attempt takes over and calls again under the same token.
+		resolveApplied: fmt.Sprintf(`
+UPDATE %[1]s SET state = 'completed', result = $5, failure = NULL, error_type = NULL, error_message = NULL,
+	reservation = $2, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
+	expires_at = greatest(expires_at, now() + $6::bigint * interval '1 microsecond'),
+	resolved_at = now(), resolved_by = $3, resolution = $4
+WHERE token = $1 AND %[2]s`, table, unresolved),
+		resolveNotApplied: fmt.Sprintf(`
+UPDATE %[1]s SET state = 'pending', result = NULL, failure = NULL, error_type = NULL, error_message = NULL,
+	reservation = $2, lease_expires_at = least(coalesce(lease_expires_at, now()), now()), effect_possible = false,
+	completed_at = NULL, updated_at = now(), resolved_at = now(), resolved_by = $3, resolution = $4
+WHERE token = $1 AND %[2]s`, table, unresolved),
+
 		// countSince counts receipts by state, and the unresolved among them.
 		countSince: fmt.Sprintf(`SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'completed'),
 	count(*) FILTER (WHERE state = 'failed'),
@@ -176,7 +200,7 @@ FROM %[1]s WHERE created_at >= $1`, table, unresolved),
 	}
 }
 
-// reserve inserts a pending receipt under reservation $8, or returns the one already there, in
+// reserve inserts a pending receipt under reservation $8, with its origin ($11–$15), or returns the one already there, in
 // one round trip. It looks the key up first and attempts the INSERT only when that found
 // nothing, so that a replay costs one index lookup and writes nothing. Race: under READ
 // COMMITTED a receipt committed by a concurrent attempt after this statement's snapshot is
@@ -188,10 +212,12 @@ WITH existing AS (
 	SELECT %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 ), inserted AS (
 	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
-		state, reservation, lease_expires_at, expires_at)
+		state, reservation, lease_expires_at, expires_at,
+		workflow_id, run_id, activity_id, activity_type, compensates)
 	SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', $8,
 		now() + $9::bigint * interval '1 microsecond',
-		now() + $9::bigint * interval '1 microsecond' + $10::bigint * interval '1 microsecond'
+		now() + $9::bigint * interval '1 microsecond' + $10::bigint * interval '1 microsecond',
+		$11, $12, $13, $14, $15
 	WHERE NOT EXISTS (SELECT FROM existing)
 	ON CONFLICT DO NOTHING
 	RETURNING fence

@@ -12,6 +12,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -96,6 +97,12 @@ type Config struct {
 	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
 	// receipts go to that activity's metrics handler.
 	MetricsHandler client.MetricsHandler
+	// Tracer, when set, traces every receipt step (SpanReserve, SpanCall, SpanComplete,
+	// SpanReplay) as a child of the span in the activity's context. Give the tracer of the SDK's
+	// tracing interceptor (for OpenTelemetry, go.temporal.io/sdk/contrib/opentelemetry's
+	// NewTracer), so that the steps sit under the activity's RunActivity span. Spans carry the
+	// token and the operation, never the key or a payload.
+	Tracer interceptor.Tracer
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.

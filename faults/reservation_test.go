@@ -80,7 +80,7 @@ func TestRow20ReservationLost(t *testing.T) {
 		w.startWorker()
 		_, err = quickChargeResult(a)
 		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
-		require.ErrorContains(t, err, "payload mismatch for key", "A got something other than the receipt's refusal: B's outcome?")
+		require.ErrorContains(t, err, "payload mismatch for ", "A got something other than the receipt's refusal: B's outcome?")
 
 		require.NoError(t, stale.Signal(syscall.SIGCONT))
 		stale.awaitLogged(logFencedOut, 2*time.Minute)

@@ -1,0 +1,198 @@
+package activity_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// unknownOutcome leaves c's receipt recorded as OutcomeUnknown: an attempt charges and dies, and
+// the next finds a downstream that does not deduplicate and no reconcile. It returns the count
+// of charges, which the caller's later attempts go on counting.
+func unknownOutcome(t *testing.T, ctx context.Context, s *activity.Store, c activity.Call) *int {
+	t.Helper()
+	calls := new(int)
+	crashAfterEffect(ctx, s, c, func(keys.Token) { *calls++ })
+	_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) { *calls++; return chargeResult{}, nil })
+	require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
+	require.Equal(t, 1, *calls)
+	return calls
+}
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("AppliedReplaysTheRecordedResult", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-1/charge", map[string]int{"amount": 100})
+		c.Lease = 20 * time.Millisecond
+		calls := unknownOutcome(t, ctx, s, c)
+
+		page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterUnknown})
+		require.NoError(t, err)
+		require.Len(t, page.Receipts, 1)
+		r := page.Receipts[0]
+		require.Equal(t, c.Key.Token(), r.Token)
+		require.Equal(t, activity.StatusUnknown, r.Status)
+		require.True(t, r.Unresolved)
+		require.Equal(t, 2, r.Attempts)
+
+		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"}})
+		require.ErrorContains(t, err, "Resolution.By", "a resolution without who and why was taken")
+
+		got, err := s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"},
+			By: "ops@example.com", Reason: "INC-7: the provider's dashboard shows ch_1"})
+		require.NoError(t, err)
+		require.Equal(t, activity.StatusSucceeded, got.Status)
+		require.False(t, got.Unresolved)
+		require.Equal(t, "ops@example.com", got.ResolvedBy)
+		require.Equal(t, "INC-7: the provider's dashboard shows ch_1", got.Resolution)
+		require.NotNil(t, got.ResolvedAt)
+		require.JSONEq(t, `{"charge_id":"ch_1","token":""}`, got.ResultText())
+
+		out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) { *calls++; return chargeResult{}, nil })
+		require.NoError(t, err)
+		require.Equal(t, chargeResult{ChargeID: "ch_1"}, out, "the next attempt did not replay the resolved result")
+		require.Equal(t, 1, *calls, "the downstream was called again after the outcome was resolved as applied")
+
+		_, err = s.Resolve(ctx, r.Token, activity.Resolution{By: "ops", Reason: "again"})
+		require.ErrorIs(t, err, activity.ErrNotUnresolved, "a recorded outcome was overwritten by hand")
+		require.ErrorContains(t, err, "succeeded")
+	})
+
+	t.Run("NotAppliedRunsAgainUnderTheSameToken", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-2/charge", map[string]int{"amount": 100})
+		c.Lease = 20 * time.Millisecond
+		calls := unknownOutcome(t, ctx, s, c)
+
+		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{By: "ops", Reason: "INC-8: no charge at the provider"})
+		require.NoError(t, err)
+		var sent keys.Token
+		out, err := activity.Do(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
+			*calls++
+			sent, _ = keys.TokenFrom(ctx)
+			return chargeResult{ChargeID: "ch_2"}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, chargeResult{ChargeID: "ch_2"}, out)
+		require.Equal(t, 2, *calls, "the next attempt did not call after the outcome was resolved as not applied")
+		require.Equal(t, c.Key.Token(), sent)
+		r, err := s.Receipt(ctx, c.Key.Token())
+		require.NoError(t, err)
+		require.Equal(t, activity.StatusSucceeded, r.Status)
+		require.Equal(t, "ops", r.ResolvedBy, "who resolved it was forgotten when the next attempt completed")
+	})
+
+	// A receipt whose lease ended after a possible effect is unresolved too: the activity may
+	// have been given up on. Resolving it takes it from the attempt that still holds the ended
+	// lease: that attempt's late completion writes nothing, and it returns what was resolved.
+	t.Run("LeaseEndedTakesTheReceiptFromItsStaleAttempt", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-3/charge", map[string]int{"amount": 100})
+		c.Lease = 50 * time.Millisecond
+		resolved := make(chan struct{})
+		stale := make(chan error, 1)
+		go func() {
+			out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				<-resolved
+				return chargeResult{ChargeID: "ch_stale"}, nil
+			})
+			if err == nil && out.ChargeID != "ch_resolved" {
+				err = fmt.Errorf("the stale attempt returned %+v, not the resolved result", out)
+			}
+			stale <- err
+		}()
+		require.Eventually(t, func() bool {
+			page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterLeaseEnded})
+			return err == nil && len(page.Receipts) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		r, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true, Result: json.RawMessage(`{"charge_id":"ch_resolved"}`),
+			By: "ops", Reason: "dashboard"})
+		require.NoError(t, err)
+		require.Equal(t, activity.StatusSucceeded, r.Status)
+		close(resolved)
+		require.NoError(t, <-stale)
+		r, err = s.Receipt(ctx, c.Key.Token())
+		require.NoError(t, err)
+		require.JSONEq(t, `{"charge_id":"ch_resolved"}`, r.ResultText(), "the stale attempt overwrote the resolution")
+	})
+
+	t.Run("RefusesARunningOrMissingReceipt", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-4/charge", map[string]int{"amount": 100})
+		c.Lease = time.Hour
+		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true, Result: 1, By: "ops", Reason: "guess"})
+		require.ErrorIs(t, err, activity.ErrNotUnresolved, "a running attempt's receipt was resolved under it")
+		require.ErrorContains(t, err, activity.StatusRunning)
+
+		_, err = s.Resolve(ctx, "no-such-token", activity.Resolution{By: "ops", Reason: "typo"})
+		require.ErrorIs(t, err, activity.ErrNoReceipt)
+	})
+}
+
+func TestReceipts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, nil)
+	for i := range 5 {
+		c := call(t, fmt.Sprintf("order-%d/charge", i), map[string]int{"amount": i})
+		if i == 4 {
+			c.Key.Tenant, c.Key.Operation = "globex", "Refund"
+		}
+		_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
+		require.NoError(t, err)
+	}
+
+	var seen []string
+	f := activity.Filter{Limit: 2}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 3)
+		page, err := s.Receipts(ctx, f)
+		require.NoError(t, err)
+		for _, r := range page.Receipts {
+			seen = append(seen, r.Key.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		f.After = page.Next
+	}
+	require.Equal(t, []string{"order-0/charge", "order-1/charge", "order-2/charge", "order-3/charge", "order-4/charge"}, seen)
+
+	globex := "globex"
+	page, err := s.Receipts(ctx, activity.Filter{Tenant: &globex})
+	require.NoError(t, err)
+	require.Len(t, page.Receipts, 1)
+	page, err = s.Receipts(ctx, activity.Filter{Operation: "Charge", State: activity.StateCompleted})
+	require.NoError(t, err)
+	require.Len(t, page.Receipts, 4)
+	page, err = s.Receipts(ctx, activity.Filter{NewerThan: time.Hour, OlderThan: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, page.Receipts)
+
+	_, err = s.Receipts(ctx, activity.Filter{State: "stuck"})
+	require.ErrorContains(t, err, "give pending, completed, failed")
+	_, err = s.Receipts(ctx, activity.Filter{After: "not-a-cursor"})
+	require.ErrorContains(t, err, "page cursor")
+
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), st.Total.Succeeded)
+	require.Len(t, st.Operations, 2)
+	require.Equal(t, "Charge", st.Operations[0].Operation)
+	require.Equal(t, int64(4), st.Operations[0].Succeeded)
+}
