@@ -132,6 +132,10 @@ type Page struct {
 // ErrNoReceipt is matched by the errors of Receipt and Resolve for a token that names no receipt.
 var ErrNoReceipt = errors.New("no receipt")
 
+// ErrInvalidFilter is matched by Receipts' error for a Filter it cannot use: an unknown state, or
+// an After that no page returned.
+var ErrInvalidFilter = errors.New("invalid receipt filter")
+
 // ErrNotUnresolved is matched by Resolve's error for a receipt whose outcome is not unresolved:
 // it is recorded, or an attempt is running, and resolving it by hand would overwrite what
 // happened.
@@ -235,8 +239,8 @@ func (f Filter) where() (string, []any, error) {
 	case FilterLeaseEnded:
 		conds = append(conds, "state = 'pending' AND lease_expires_at <= now()")
 	default:
-		return "", nil, fmt.Errorf("unknown state %q: give pending, completed, failed, %s, %s or %s",
-			f.State, FilterUnresolved, FilterUnknown, FilterLeaseEnded)
+		return "", nil, fmt.Errorf("%w: unknown state %q: give pending, completed, failed, %s, %s or %s",
+			ErrInvalidFilter, f.State, FilterUnresolved, FilterUnknown, FilterLeaseEnded)
 	}
 	if f.Tenant != nil {
 		conds = append(conds, "tenant = "+arg(*f.Tenant))
@@ -282,7 +286,7 @@ func decodeCursor(s string) (cursor, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil {
-		return cursor{}, fmt.Errorf("page cursor %q is not one that a page returned as Next: %w", s, err)
+		return cursor{}, fmt.Errorf("%w: page cursor %q is not one that a page returned as Next: %v", ErrInvalidFilter, s, err)
 	}
 	return c, nil
 }

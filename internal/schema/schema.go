@@ -71,6 +71,30 @@ func Migrations(schema string) ([]Migration, error) {
 	return out, nil
 }
 
+// Script renders the migrations after version after as one SQL script, for a migration tool of
+// the user's own: the schema and the bookkeeping table first, then each migration in a
+// transaction of its own together with its row in tempotent_migration, so that Check (and a
+// later Migrate) find it applied.
+func Script(schema string, after int) (string, error) {
+	migrations, err := Migrations(schema)
+	if err != nil {
+		return "", err
+	}
+	quoted := pgx.Identifier{schema}.Sanitize()
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- tempotent's migrations for schema %s. Apply in order; each is one transaction.\n", quoted)
+	fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", quoted)
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s.tempotent_migration (\n\tversion    integer     PRIMARY KEY,\n\tname       text        NOT NULL,\n\tapplied_at timestamptz NOT NULL DEFAULT now());\n", quoted)
+	for _, m := range migrations {
+		if m.Version <= after {
+			continue
+		}
+		fmt.Fprintf(&b, "\n-- %03d_%s\nBEGIN;\n%s\nINSERT INTO %s.tempotent_migration (version, name) VALUES (%d, '%s');\nCOMMIT;\n",
+			m.Version, m.Name, strings.TrimSpace(m.Up), quoted, m.Version, m.Name)
+	}
+	return b.String(), nil
+}
+
 // Migrate creates schema if needed and applies the migrations it has not applied yet, each in
 // its own transaction together with its row in the schema's tempotent_migration table. It is
 // safe to run from many processes at once: a transaction-scoped advisory lock makes them take
@@ -125,7 +149,7 @@ const howToMigrate = "apply tempotent's migrations with activity.Store.Migrate (
 // ErrNotMigrated and names the missing migrations and how to apply them when the database
 // answered, and is the connection's error otherwise.
 func Check(ctx context.Context, db DB, schema string) error {
-	missing, err := missingMigrations(ctx, db, schema)
+	missing, err := Missing(ctx, db, schema)
 	if err != nil {
 		return fmt.Errorf("check schema %q: %w", schema, err)
 	}
@@ -135,9 +159,9 @@ func Check(ctx context.Context, db DB, schema string) error {
 	return nil
 }
 
-// missingMigrations returns the migrations that schema lacks, as "003_messages", in version
-// order. An error means the database did not answer.
-func missingMigrations(ctx context.Context, db DB, schema string) ([]string, error) {
+// Missing returns the migrations that schema lacks, as "003_messages", in version order. An
+// error means the database did not answer.
+func Missing(ctx context.Context, db DB, schema string) ([]string, error) {
 	migrations, err := Migrations(schema)
 	if err != nil {
 		return nil, err

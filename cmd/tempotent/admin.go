@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/schema"
+)
+
+func (a *app) purge(ctx context.Context, _ *app, args []string) error {
+	f := a.flags("purge", "", "Deletes receipts past their retention, a batch at a time. It never deletes an unresolved\nreceipt, nor a pending one whose attempt may still run. Workers started with the worker\nlibrary purge by themselves; this is for a job of your own, or a backlog.")
+	var batch int
+	var untilDone bool
+	f.IntVar(&batch, "batch", activity.PurgeBatchDefault, "receipts per statement")
+	f.BoolVar(&untilDone, "until-done", false, "repeat until nothing expired is left (each batch is its own short statement)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if batch <= 0 {
+		return usagef("--batch must be positive")
+	}
+	s, pool, err := f.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var total int64
+	for {
+		n, err := s.Purge(ctx, batch)
+		total += n
+		if err != nil {
+			return fmt.Errorf("%w (purged %d before)", err, total)
+		}
+		if !untilDone || n < int64(batch) {
+			break
+		}
+	}
+	fmt.Fprintf(a.stdout, "purged %d receipts\n", total)
+	if n, err := s.Unresolved(ctx); err == nil && n > 0 {
+		fmt.Fprintf(a.stdout, "%d unresolved receipts are kept until someone resolves them: tempotent receipts list --state unresolved\n", n)
+	}
+	return nil
+}
+
+func (a *app) stats(ctx context.Context, _ *app, args []string) error {
+	f := a.flags("stats", "", "Counts receipts by operation and status, and says how long the oldest unresolved one\nhas waited. It reads the whole table: on a large one, run it off peak.")
+	var asJSON bool
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	s, pool, err := f.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		type op struct {
+			Operation  string `json:"operation,omitempty"`
+			Running    int64  `json:"running"`
+			LeaseEnded int64  `json:"lease_ended"`
+			Succeeded  int64  `json:"succeeded"`
+			Failed     int64  `json:"failed"`
+			Unknown    int64  `json:"unknown"`
+			Unresolved int64  `json:"unresolved"`
+		}
+		conv := func(o activity.OperationStats) op {
+			return op{o.Operation, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved}
+		}
+		out := struct {
+			Operations              []op    `json:"operations"`
+			Total                   op      `json:"total"`
+			OldestUnresolvedSeconds float64 `json:"oldest_unresolved_seconds"`
+			Expired                 int64   `json:"expired"`
+		}{Operations: []op{}, Total: conv(st.Total), OldestUnresolvedSeconds: st.OldestUnresolved.Seconds(), Expired: st.Expired}
+		for _, o := range st.Operations {
+			out.Operations = append(out.Operations, conv(o))
+		}
+		return writeJSON(a.stdout, out)
+	}
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "OPERATION\tRUNNING\tLEASE ENDED\tSUCCEEDED\tFAILED\tUNKNOWN\tUNRESOLVED\t")
+	row := func(o activity.OperationStats, name string) {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved)
+	}
+	for _, o := range st.Operations {
+		row(o, o.Operation)
+	}
+	row(st.Total, "total")
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	if st.Total.Unresolved > 0 {
+		fmt.Fprintf(a.stdout, "oldest unresolved: waiting for %s; see tempotent receipts list --state unresolved\n", roughly(st.OldestUnresolved))
+	} else {
+		fmt.Fprintln(a.stdout, "nothing unresolved")
+	}
+	fmt.Fprintf(a.stdout, "past their retention, not purged yet: %d\n", st.Expired)
+	return nil
+}
+
+func (a *app) migrate(ctx context.Context, _ *app, args []string) error {
+	f := a.flags("migrate", "", "Applies tempotent's migrations (receipts, outbox, inbox) to the schema, each in its own\ntransaction; safe to run while workers run, and from several places at once. With --print,\nwrites the SQL for a migration tool of your own instead, each migration with the row\nthat tells workers it is applied.")
+	var print bool
+	var after int
+	f.BoolVar(&print, "print", false, "print the SQL instead of applying it (no database needed)")
+	f.IntVar(&after, "after", 0, "with --print: only the migrations after this version")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if print {
+		sql, err := schema.Script(f.schema, after)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprint(a.stdout, sql)
+		return err
+	}
+	s, pool, err := f.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	before, err := schema.Missing(ctx, pool, f.schema)
+	if err != nil {
+		return err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		return err
+	}
+	if len(before) == 0 {
+		fmt.Fprintf(a.stdout, "schema %q is up to date\n", f.schema)
+	} else {
+		fmt.Fprintf(a.stdout, "schema %q: applied %s\n", f.schema, strings.Join(before, ", "))
+	}
+	return nil
+}
+
+// indexPattern finds the indexes the migrations create.
+var (
+	indexPattern = regexp.MustCompile(`CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)`)
+	sqlComment   = regexp.MustCompile(`--[^\n]*`)
+)
+
+func (a *app) doctor(ctx context.Context, _ *app, args []string) error {
+	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Exits 4 if any check fails.")
+	retention, keyMemory := activity.RetentionDefault, activity.DownstreamKeyMemoryDefault
+	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
+		d, err := parseDuration(v)
+		if err != nil {
+			return usagef("TEMPOTENT_RETENTION=%q: %v", v, err)
+		}
+		retention = d
+	}
+	f.Func("retention", "the workers' receipt retention (env TEMPOTENT_RETENTION; default 7d)", durationFlag(&retention))
+	f.Func("key-memory", "how long your downstreams remember idempotency keys (default 24h, Stripe's)", durationFlag(&keyMemory))
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	s, pool, err := f.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	failed := false
+	report := func(level, format string, args ...any) {
+		if level == "FAIL" {
+			failed = true
+		}
+		fmt.Fprintf(a.stdout, "%-5s "+format+"\n", append([]any{level}, args...)...)
+	}
+
+	var version string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		return err
+	}
+	cfg := pool.Config().ConnConfig
+	report("ok", "postgres %s at %s:%d, database %q", version, cfg.Host, cfg.Port, cfg.Database)
+
+	missing, err := schema.Missing(ctx, pool, f.schema)
+	if err != nil {
+		return err
+	}
+	migrations, err := schema.Migrations(f.schema)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		report("FAIL", "schema %q lacks migrations %s: run tempotent migrate (or apply tempotent migrate --print with your tool)",
+			f.schema, strings.Join(missing, ", "))
+	} else {
+		report("ok", "schema %q has all %d migrations", f.schema, len(migrations))
+	}
+
+	var want []string
+	for _, m := range migrations {
+		for _, match := range indexPattern.FindAllStringSubmatch(sqlComment.ReplaceAllString(m.Up, ""), -1) {
+			want = append(want, match[1])
+		}
+	}
+	valid := map[string]bool{}
+	rows, err := pool.Query(ctx, `SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, f.schema)
+	if err != nil {
+		return err
+	}
+	var name string
+	var ok bool
+	if _, err := pgx.ForEachRow(rows, []any{&name, &ok}, func() error { valid[name] = ok; return nil }); err != nil {
+		return err
+	}
+	var absent, invalid []string
+	for _, idx := range want {
+		isValid, present := valid[idx]
+		switch {
+		case !present && !slices.Contains(missing, idx):
+			absent = append(absent, idx)
+		case present && !isValid:
+			invalid = append(invalid, idx)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		// the missing migrations say it already
+	case len(absent) > 0:
+		report("FAIL", "indexes missing in schema %q: %s; they make purge, the unresolved count and lookups cheap. Recreate them as the migrations do (tempotent migrate --print)",
+			f.schema, strings.Join(absent, ", "))
+	default:
+		report("ok", "all %d indexes present", len(want))
+	}
+	if len(invalid) > 0 {
+		report("FAIL", "indexes not valid (an interrupted CREATE INDEX CONCURRENTLY?): %s; DROP them and create them again",
+			strings.Join(invalid, ", "))
+	}
+
+	var dbNow time.Time
+	start := time.Now()
+	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow); err != nil {
+		return err
+	}
+	rtt := time.Since(start)
+	skew := dbNow.Sub(start.Add(rtt / 2))
+	const skewLimit = time.Second
+	if skew.Abs() > skewLimit+rtt/2 {
+		report("FAIL", "this machine's clock is %v off the database's (round trip %v). Leases and retention run on the database clock, but Temporal's timeouts run on the workers': keep workers and database within %v (NTP)",
+			skew.Round(time.Millisecond), rtt.Round(time.Millisecond), skewLimit)
+	} else {
+		report("ok", "clock: this machine and the database agree within %v (round trip %v)",
+			skew.Abs().Round(time.Millisecond), rtt.Round(time.Millisecond))
+	}
+
+	var syncCommit string
+	if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit); err != nil {
+		return err
+	}
+	if syncCommit == "off" {
+		report("FAIL", "synchronous_commit is off for this database: a reservation for a downstream that does not deduplicate must be durable before the call. Turn it on (tempotent turns it off per statement where that is safe)")
+	} else {
+		report("ok", "synchronous_commit is %s", syncCommit)
+	}
+
+	if retention < keyMemory {
+		report("warn", "retention %s is shorter than the downstreams' key memory %s: an intent run again (a reset) between the two is refused by the replay horizon instead of replayed. Raise TEMPOTENT_RETENTION to at least %s",
+			roughly(retention), roughly(keyMemory), roughly(keyMemory))
+	} else {
+		report("ok", "retention %s covers the downstreams' key memory %s", roughly(retention), roughly(keyMemory))
+	}
+
+	if len(missing) == 0 {
+		n, err := s.Unresolved(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			report("warn", "%d unresolved receipts wait for someone: tempotent receipts list --state unresolved", n)
+		} else {
+			report("ok", "nothing unresolved")
+		}
+	}
+	if failed {
+		return errDoctor
+	}
+	return nil
+}

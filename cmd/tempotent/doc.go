@@ -1,0 +1,31 @@
+// Command tempotent is the operator's tool for tempotent's receipts: find them, read them, settle
+// an outcome nobody knows, purge, count, migrate, and check a deployment's health — without SQL
+// against the receipts table.
+//
+//	go install github.com/tempotent/tempotent/cmd/tempotent@latest
+//	go run github.com/tempotent/tempotent/cmd/tempotent@latest receipts list --state unresolved
+//
+// It is configured like the worker: DATABASE_URL (or --database-url; empty means
+// postgres://postgres@127.0.0.1:5432/postgres) and TEMPOTENT_SCHEMA (or --schema; default
+// tempotent).
+//
+// Commands:
+//
+//	receipts list     receipts, oldest first, filtered by state, tenant, operation, workflow, age; paged
+//	receipts show     every field of one receipt (by token or key), or of a workflow's receipts
+//	receipts resolve  settle an unknown outcome: --applied --result JSON, or --not-applied
+//	purge             delete receipts past their retention (never an unresolved one)
+//	stats             counts by operation and state, the oldest unresolved receipt
+//	migrate           apply the migrations, or --print their SQL for your own tool
+//	doctor            schema version, indexes, clock skew, retention against key memory
+//
+// Every command takes --help. list, show and stats take --json for scripts.
+//
+// Exit codes:
+//
+//	0  done
+//	1  the command failed: the database did not answer, or a statement failed
+//	2  the command line is wrong (unknown command or flag, missing argument)
+//	3  refused: no receipt under that token, or a receipt that is not unresolved
+//	4  doctor found a problem
+package main

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tempotent/tempotent/activity"
+)
+
+// Exit codes (see the package documentation).
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	exitRefused = 3
+	exitDoctor  = 4
+)
+
+// localDatabase is the database used when DATABASE_URL is empty, as the worker does.
+const localDatabase = "postgres://postgres@127.0.0.1:5432/postgres"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// app is one invocation: where it writes, and what the environment says.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// command is a subcommand: its name as typed, what it does, and how it runs.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, a *app, args []string) error
+}
+
+func (a *app) commands() []command {
+	return []command{
+		{"receipts list", "list receipts, oldest first, with filters; paged", a.list},
+		{"receipts show", "every field of a receipt (by token or --key), or of a workflow's receipts (--workflow)", a.show},
+		{"receipts resolve", "settle an unknown outcome: --applied --result JSON, or --not-applied", a.resolve},
+		{"purge", "delete receipts past their retention; never an unresolved one", a.purge},
+		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
+		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
+		{"doctor", "check schema version, indexes, clock skew, retention against key memory", a.doctor},
+	}
+}
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		a.usage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range a.commands() {
+		words := strings.Fields(c.name)
+		if len(args) < len(words) || strings.Join(args[:len(words)], " ") != c.name {
+			continue
+		}
+		err := c.run(ctx, a, args[len(words):])
+		return a.exit(c.name, err)
+	}
+	if args[0] == "receipts" {
+		fmt.Fprintf(stderr, "tempotent receipts: give list, show or resolve\n\n")
+	} else {
+		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
+	}
+	a.usage(stderr)
+	return exitUsage
+}
+
+func (a *app) usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: tempotent <command> [flags]   (tempotent <command> --help for its flags)")
+	fmt.Fprintln(w)
+	for _, c := range a.commands() {
+		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configured like the worker: DATABASE_URL (or --database-url), TEMPOTENT_SCHEMA (or --schema).")
+	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 wrong command line, 3 refused (no such receipt, not unresolved), 4 doctor found a problem.")
+}
+
+// usageError is a wrong command line: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// refusedError is exit 3; doctorError exit 4.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+var errDoctor = errors.New("doctor found problems")
+
+func (a *app) exit(name string, err error) int {
+	var (
+		usage   *usageError
+		refused *refusedError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &usage):
+		fmt.Fprintf(a.stderr, "tempotent %s: %s (see tempotent %s --help)\n", name, usage.msg, name)
+		return exitUsage
+	case errors.As(err, &refused):
+		fmt.Fprintf(a.stderr, "tempotent %s: %v\n", name, err)
+		return exitRefused
+	case errors.Is(err, errDoctor):
+		return exitDoctor
+	}
+	fmt.Fprintf(a.stderr, "tempotent %s: %v\n", name, err)
+	return exitFailed
+}
+
+// flags is a command's flag set with the connection flags every command takes.
+type flags struct {
+	*flag.FlagSet
+	databaseURL, schema string
+	help                func()
+	// args are the positional arguments, which may come before, between or after the flags.
+	args []string
+}
+
+func (a *app) flags(name, args, about string) *flags {
+	f := &flags{FlagSet: flag.NewFlagSet("tempotent "+name, flag.ContinueOnError)}
+	f.SetOutput(io.Discard)
+	f.StringVar(&f.databaseURL, "database-url", a.getenv("DATABASE_URL"), "Postgres URL (env DATABASE_URL; empty means "+localDatabase+")")
+	f.StringVar(&f.schema, "schema", cmp.Or(a.getenv("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
+	f.Usage = func() {} // parse prints the help on --help, and errors go back to run
+	f.help = func() {
+		w := a.stdout
+		fmt.Fprintf(w, "Usage: tempotent %s [flags] %s\n\n%s\n\nFlags:\n", name, args, about)
+		f.SetOutput(w)
+		f.PrintDefaults()
+		f.SetOutput(io.Discard)
+	}
+	return f
+}
+
+// parse parses args, flags and positional arguments in any order ("resolve TOKEN --applied" as
+// well as "resolve --applied TOKEN"); --help prints the usage and ends the command with exit 0.
+func (f *flags) parse(args []string) error {
+	for {
+		err := f.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			f.help()
+			return err
+		}
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if f.NArg() == 0 {
+			return nil
+		}
+		f.args = append(f.args, f.Arg(0))
+		args = f.Args()[1:]
+	}
+}
+
+// arg returns the i-th positional argument, or "".
+func (f *flags) arg(i int) string {
+	if i < len(f.args) {
+		return f.args[i]
+	}
+	return ""
+}
+
+// store connects to the database and returns a store on the schema. Nothing is checked
+// against the schema here: each command says what it found.
+func (f *flags) store(ctx context.Context) (*activity.Store, *pgxpool.Pool, error) {
+	url := cmp.Or(f.databaseURL, localDatabase)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, usagef("DATABASE_URL is not a Postgres URL: %v", err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("postgres at %s:%d (database %q) does not answer: %w; set DATABASE_URL or --database-url to your receipts' database",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	s, err := activity.NewStore(pool, &activity.Config{Schema: f.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, usagef("%v", err)
+	}
+	return s, pool, nil
+}
+
+// durationFlag parses a duration that may be given in days ("7d") as well as Go's units.
+func durationFlag(p *time.Duration) func(string) error {
+	return func(v string) error {
+		d, err := parseDuration(v)
+		*p = d
+		return err
+	}
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		d, err := time.ParseDuration(days + "h")
+		return d * 24, err
+	}
+	return time.ParseDuration(v)
+}
