@@ -3,10 +3,12 @@ package downstream_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -71,4 +73,50 @@ func ExampleCheck() {
 	// Output:
 	// /busy tempotent.DownstreamRateLimited retryable: true next retry: 3s code: -
 	// /declined tempotent.DownstreamRejected retryable: false next retry: 0s code: card_declined
+}
+
+// A reconcile function for any HTTP API that can be searched by the idempotency key: found is
+// the effect made under the token, as the activity would have returned it; "not found" lets the
+// next attempt call again (once the settle time has passed); any other answer is an error, which
+// leaves the outcome unknown and the attempt retries. Give it as activity.Options.Reconcile.
+func Example_reconcileAnyHTTPAPI() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("idempotency_key") == "known-token" {
+			fmt.Fprint(w, `{"id":"bk_1","status":"confirmed"}`)
+			return
+		}
+		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
+	}))
+	defer api.Close()
+
+	type booking struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	reconcile := func(ctx context.Context, token keys.Token) (any, bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.URL+"/v1/bookings?idempotency_key="+url.QueryEscape(token.String()), nil)
+		if err != nil {
+			return nil, false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, false, err
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			var b booking
+			return b, true, json.NewDecoder(resp.Body).Decode(&b)
+		case http.StatusNotFound:
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("booking lookup answered %s", resp.Status)
+	}
+	// activity.Register(w, store, "Book", book, activity.Options{Reconcile: reconcile})
+
+	fmt.Println(reconcile(context.Background(), "known-token"))
+	fmt.Println(reconcile(context.Background(), "other-token"))
+	// Output:
+	// {bk_1 confirmed} true <nil>
+	// <nil> false <nil>
 }

@@ -58,3 +58,24 @@ type Refund struct {
 // TokenMetadataKey is the metadata field under which implementations store a charge's token,
 // so that Lookup can find it through the provider's search.
 const TokenMetadataKey = "tempotent_token"
+
+// ReconcileCharge is a ready reconcile function (activity.Options.Reconcile) for an activity
+// that charges through p and returns the downstream.Charge that p.Charge returned: after an
+// attempt that may have charged ended without recording its outcome, the receipt asks p.Lookup
+// for the charge made under the token instead of guessing. A charge found is recorded as the
+// activity's result (an asynchronous one as "processing", as its own call would have returned
+// it); none found, once the downstream's settle time has passed, lets the next attempt charge;
+// an error (the lookup is down, or refuses the credentials) leaves the outcome unknown and the
+// attempt retries. It works with every Payments: fakepay's client and the Stripe adapter.
+//
+// Give it the client of the provider's search or reporting API, which may differ from the
+// one that charges (a gateway that does not deduplicate often has a separate reporting service).
+func ReconcileCharge(p Payments) func(ctx context.Context, token keys.Token) (any, bool, error) {
+	return func(ctx context.Context, token keys.Token) (any, bool, error) {
+		ch, found, err := p.Lookup(ctx, token)
+		if err != nil || !found {
+			return nil, false, err
+		}
+		return ch, true, nil
+	}
+}

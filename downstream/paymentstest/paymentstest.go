@@ -57,6 +57,25 @@ func Run(t *testing.T, newProvider func(t *testing.T) Provider) {
 		require.Equal(t, first.ID, found.ID)
 	})
 
+	// downstream.ReconcileCharge on this provider finds what a lost attempt charged, as the
+	// activity's own call returned it, and nothing under a token that never charged.
+	t.Run("ReconcileChargeFindsTheLostAttemptsCharge", func(t *testing.T) {
+		p := newProvider(t)
+		cctx, tok := token("lost")
+		charged, err := p.Payments.Charge(cctx, req)
+		require.NoError(t, err)
+		reconcile := downstream.ReconcileCharge(p.Payments)
+		got, found, err := reconcile(ctx, tok)
+		require.NoError(t, err)
+		require.True(t, found, "the charge made under the token was not found")
+		require.Equal(t, charged, got, "reconcile's result is not what the activity's own call returned")
+		_, never := token("never")
+		_, found, err = reconcile(ctx, never)
+		require.NoError(t, err)
+		require.False(t, found, "a charge was found under a token that never charged")
+		require.Equal(t, 1, p.Charges(tok), "reconcile charged")
+	})
+
 	t.Run("RetryAfter500IsOneCharge", func(t *testing.T) {
 		p := newProvider(t)
 		cctx, tok := token("b")

@@ -63,17 +63,13 @@ func (a *Activities) Charge(ctx context.Context, o Order) (downstream.Charge, er
 
 // LegacyCharge charges the order's card at the gateway, which does not deduplicate. The receipt
 // makes sure it is called once per intent; when an attempt that may have charged ended without
-// recording the outcome (its worker died), the next one does not call again: the receipt runs
-// findLegacyCharge (Options.Reconcile) and records what the gateway says happened.
+// recording the outcome (its worker died), the next one does not call again: the receipt asks
+// the gateway's lookup (Options.Reconcile, downstream.ReconcileCharge) and records what it says
+// happened. An error of the lookup (it is down, or refuses us) leaves the outcome unknown: the
+// receipt keeps saying that a charge may have happened, and the attempt fails retryably to ask
+// again.
 func (a *Activities) LegacyCharge(ctx context.Context, o Order) (downstream.Charge, error) {
 	return a.Gateway.Charge(withFaults(ctx, o.ChargeFaults), chargeRequest(o))
-}
-
-// findLegacyCharge is LegacyCharge's reconcile: the charge the gateway made under token, if any.
-// An error (the lookup is down, or refuses us) leaves the outcome unknown: the receipt keeps
-// saying that a charge may have happened, and the attempt fails retryably to ask again.
-func (a *Activities) findLegacyCharge(ctx context.Context, token keys.Token) (any, bool, error) {
-	return a.GatewayLookup.Lookup(ctx, token)
 }
 
 func chargeRequest(o Order) downstream.ChargeRequest {
@@ -139,7 +135,7 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
 	return errors.Join(
 		activity.Register(w, store, "Charge", a.Charge, dedup),
-		activity.Register(w, store, "LegacyCharge", a.LegacyCharge, activity.Options{DownstreamSettleTime: SettleTime, Reconcile: a.findLegacyCharge}),
+		activity.Register(w, store, "LegacyCharge", a.LegacyCharge, activity.Options{DownstreamSettleTime: SettleTime, Reconcile: downstream.ReconcileCharge(a.GatewayLookup)}),
 		activity.Register(w, store, "Refund", a.Refund, dedup),
 		activity.Register(w, store, "CreateShipment", a.CreateShipment, dedup),
 		activity.Register(w, store, "CancelShipment", a.CancelShipment, dedup),
