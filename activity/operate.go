@@ -5,10 +5,9 @@ package activity
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -190,7 +189,9 @@ func (s *Store) scanOperator(row pgx.Row) (Receipt, error) {
 	return r, nil
 }
 
-// Receipts returns a page of the receipts that f selects, oldest first.
+// Receipts returns a page of the receipts that f selects, oldest first. The unresolved, unknown
+// and workflow filters read an index; other listings of a large table read the table (run them
+// off peak, or against a replica).
 func (s *Store) Receipts(ctx context.Context, f Filter) (Page, error) {
 	where, args, err := f.where()
 	if err != nil {
@@ -201,7 +202,7 @@ func (s *Store) Receipts(ctx context.Context, f Filter) (Page, error) {
 		limit = ListLimitDefault
 	}
 	limit = min(limit, ListLimitMax)
-	q := fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY created_at, namespace, tenant, operation, id LIMIT %d`,
+	q := fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY created_at, token LIMIT %d`,
 		operatorColumns, s.table(), where, limit+1)
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
@@ -258,37 +259,28 @@ func (f Filter) where() (string, []any, error) {
 		conds = append(conds, "created_at > now() - "+arg(f.NewerThan.Microseconds())+"::bigint * interval '1 microsecond'")
 	}
 	if f.After != "" {
-		c, err := decodeCursor(f.After)
+		at, token, err := decodeCursor(f.After)
 		if err != nil {
 			return "", nil, err
 		}
-		conds = append(conds, fmt.Sprintf("(created_at, namespace, tenant, operation, id) > (%s, %s, %s, %s, %s)",
-			arg(c.CreatedAt), arg(c.Key.Namespace), arg(c.Key.Tenant), arg(c.Key.Operation), arg(c.Key.ID)))
+		conds = append(conds, fmt.Sprintf("(created_at, token) > (%s, %s)", arg(at), arg(token)))
 	}
 	return strings.Join(conds, " AND "), args, nil
 }
 
-// cursor is where a page ended.
-type cursor struct {
-	CreatedAt time.Time `json:"t"`
-	Key       keys.Key  `json:"k"`
-}
-
+// A cursor is where a page ended: the last receipt's creation time (µs since the epoch) and
+// token, "<µs>.<token>". Tokens are unique, so together they order every receipt.
 func encodeCursor(r Receipt) string {
-	b, _ := json.Marshal(cursor{CreatedAt: r.CreatedAt, Key: r.Key}) // plain strings and a time
-	return base64.RawURLEncoding.EncodeToString(b)
+	return strconv.FormatInt(r.CreatedAt.UnixMicro(), 36) + "." + string(r.Token)
 }
 
-func decodeCursor(s string) (cursor, error) {
-	var c cursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
+func decodeCursor(s string) (time.Time, string, error) {
+	us, token, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(us, 36, 64)
+	if !ok || err != nil || token == "" {
+		return time.Time{}, "", fmt.Errorf("%w: page cursor %q is not one that a page returned as Next", ErrInvalidFilter, s)
 	}
-	if err != nil {
-		return cursor{}, fmt.Errorf("%w: page cursor %q is not one that a page returned as Next: %v", ErrInvalidFilter, s, err)
-	}
-	return c, nil
+	return time.UnixMicro(n), token, nil
 }
 
 // Receipt returns the receipt under token, with the receipts of its compensations. Its error

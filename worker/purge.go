@@ -15,8 +15,9 @@ const (
 )
 
 // MetricPurged counts the receipts the worker's purger deleted, through the receipt store's
-// metrics handler (activity.Config.MetricsHandler); the store's own gauge of unresolved receipts
-// it kept, activity.MetricUnresolvedHeld, is updated on every round.
+// metrics handler (activity.Config.MetricsHandler); the store's gauges of unresolved receipts —
+// activity.MetricUnresolved, MetricUnresolvedOldest (how long the oldest has waited) and
+// MetricUnresolvedHeld (those kept past their retention) — are updated on every round.
 const MetricPurged = "tempotent_receipts_purged"
 
 // PurgeOnce deletes receipts past their retention, in batches of a thousand up to a hundred

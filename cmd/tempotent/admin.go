@@ -90,10 +90,10 @@ func (a *app) stats(ctx context.Context, _ *app, args []string) error {
 		}
 		return writeJSON(a.stdout, out)
 	}
-	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "OPERATION\tRUNNING\tLEASE ENDED\tSUCCEEDED\tFAILED\tUNKNOWN\tUNRESOLVED\t")
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "OPERATION\tRUNNING\tLEASE ENDED\tSUCCEEDED\tFAILED\tUNKNOWN\tUNRESOLVED")
 	row := func(o activity.OperationStats, name string) {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", name, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved)
 	}
 	for _, o := range st.Operations {
 		row(o, o.Operation)

@@ -168,9 +168,11 @@ func TestUnknownOutcomeEndToEnd(t *testing.T) {
 	require.Contains(t, r.ErrorMessage, "tempotent receipts resolve "+r.Token, "the error does not say what to do")
 
 	table := tempotent.ok("receipts", "list", "--state", "unresolved")
+	t.Logf("$ tempotent receipts list --state unresolved\n%s", table)
 	require.Contains(t, table, r.Token)
 	require.Contains(t, table, "unknown (unresolved)")
 	shown := tempotent.ok("receipts", "show", r.Token)
+	t.Logf("$ tempotent receipts show %s\n%s", r.Token, shown)
 	for _, want := range []string{"unknown (unresolved)", "order-1", "LegacyCharge", "tempotent receipts resolve " + r.Token} {
 		require.Contains(t, shown, want)
 	}
@@ -184,6 +186,7 @@ func TestUnknownOutcomeEndToEnd(t *testing.T) {
 	out := tempotent.ok("receipts", "resolve", r.Token, "--applied", "--result", `{"id":"ch_first"}`,
 		"--reason", "gateway report shows ch_first", "--by", "oncall@example.com")
 	require.Contains(t, out, "resolved "+r.Token+" as applied")
+	t.Logf("$ tempotent receipts resolve %s --applied ...\n%s", r.Token, out)
 
 	var got charge
 	require.NoError(t, run.Get(ctx, &got), "the workflow's retry did not replay the resolved result")

@@ -250,7 +250,7 @@ func printReceipt(w io.Writer, r activity.Receipt) error {
 	}
 	line("token", "%s", r.Token)
 	line("key", "%s/%s/%s/%s", r.Key.Namespace, r.Key.Tenant, r.Key.Operation, r.Key.ID)
-	line("status", "%s (state %s)", status(r), r.State)
+	line("status", "%s; stored state %s", status(r), r.State)
 	if r.Unresolved {
 		line("to do", "check the downstream for the token, then: tempotent receipts resolve %s --applied --result JSON | --not-applied --reason WHY", r.Token)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/proc"
+	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/samples/payment"
 	"github.com/tempotent/tempotent/worker"
 )
@@ -75,6 +76,11 @@ type Summary struct {
 	CompensatedBecause                         map[string]int // error type of the failed step
 	P50, P95                                   time.Duration
 	TemporalUI                                 string
+	// UnresolvedReceipts counts this run's receipts whose outcome waits for a person.
+	UnresolvedReceipts int
+	// Operate is the tempotent command line for this run's database and schema, which the
+	// summary names for looking at the receipts.
+	Operate string
 }
 
 // Messages counts the run's webhooks and outbox messages, at the provider and in the database.
@@ -211,6 +217,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return sum, fmt.Errorf("count stuck receipts: %w", err)
 	}
 	sum.StuckReceipts = int(counts.Pending)
+	sum.UnresolvedReceipts = int(counts.Unresolved)
+	sum.Operate = operateCommand(env.Pool.Config().ConnString(), env.Config.Receipts.Schema)
 	sum.P50, sum.P95 = percentile(latencies, 0.50), percentile(latencies, 0.95)
 	sum.print(o.Out)
 	return sum, nil
@@ -300,6 +308,27 @@ func (s Summary) print(out io.Writer) {
 	if s.TemporalUI != "" {
 		fmt.Fprintf(out, "Temporal Web UI (while the demo runs): %s\n", s.TemporalUI)
 	}
+	if s.Operate == "" {
+		return
+	}
+	if s.UnresolvedReceipts > 0 || s.StuckReceipts > 0 || s.Unresolved > 0 {
+		fmt.Fprintf(out, "Receipts waiting for a person: %d. List them, then settle each with receipts resolve:\n  %s receipts list --state unresolved\n",
+			s.UnresolvedReceipts, s.Operate)
+		return
+	}
+	fmt.Fprintf(out, "The receipts behind these numbers: %s stats (or receipts list, receipts show TOKEN)\n", s.Operate)
+}
+
+// operateCommand is the tempotent command line for the demo's database and schema.
+func operateCommand(databaseURL, schema string) string {
+	cmd := "go run ./cmd/tempotent"
+	if schema != activity.SchemaDefault {
+		cmd = "TEMPOTENT_SCHEMA=" + schema + " " + cmd
+	}
+	if databaseURL != "" {
+		cmd = "DATABASE_URL='" + databaseURL + "' " + cmd
+	}
+	return cmd
 }
 
 // makeOrders makes n orders with the mix's failures in exact proportions (rounded), in an

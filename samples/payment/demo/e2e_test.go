@@ -40,6 +40,7 @@ func TestEndToEnd(t *testing.T) {
 	require.Zero(t, sum.MissedRefunds, "missed refunds")
 	require.Zero(t, sum.StuckReceipts, "stuck receipts")
 	require.Zero(t, sum.Unresolved, "unresolved sagas")
+	require.Contains(t, out.String(), "go run ./cmd/tempotent", "the summary does not name the operator's command")
 	require.Equal(t, 1, sum.WorkerRestarts)
 	// One decline and one refused address: two compensations, one refund (the refused order's
 	// charge); the other eight orders complete, each charged once, one of them confirmed by
