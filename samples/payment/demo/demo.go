@@ -22,10 +22,10 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/proc"
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/samples/payment"
 	"github.com/tempotent/tempotent/worker"
 )
