@@ -312,7 +312,9 @@ type Resolution struct {
 	// Applied: the effect happened. The receipt is completed with Result, and the next
 	// attempt of the activity returns Result without calling anything. Otherwise the effect
 	// did not happen: the receipt's lease stays ended with no effect possible, and the next
-	// attempt calls the downstream again, under the same token.
+	// attempt calls the downstream again, under the same token. Say so only once no attempt
+	// can still be sending: a worker frozen in the middle of its call (a long pause, a VM
+	// freeze) may still deliver its request, and the receipt cannot fence the downstream.
 	Applied bool
 	// Result is the activity's result to record when Applied, encoded with the store's
 	// DataConverter and Codecs as an activity's own result would be: give a value of the

@@ -196,3 +196,48 @@ func TestReceipts(t *testing.T) {
 	require.Equal(t, "Charge", st.Operations[0].Operation)
 	require.Equal(t, int64(4), st.Operations[0].Succeeded)
 }
+
+// An operator resolves a receipt at the moment the next attempt takes it over. Exactly one of
+// them wins: a resolution that was taken is what every caller gets, and the takeover's call, if
+// it ran, is what the receipt records when the resolution was refused. Never both.
+func TestResolveRacesATakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t, nil)
+	resolved := 0
+	for i := range 20 {
+		c := call(t, fmt.Sprintf("race-%d/charge", i), map[string]int{"amount": 100})
+		c.Lease = 10 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		time.Sleep(15 * time.Millisecond)
+
+		type answer struct {
+			out chargeResult
+			err error
+		}
+		took := make(chan answer, 1)
+		go func() {
+			out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+				return chargeResult{ChargeID: "ch_takeover"}, nil
+			})
+			took <- answer{out, err}
+		}()
+		_, resolveErr := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true,
+			Result: chargeResult{ChargeID: "ch_resolved"}, By: "ops", Reason: "race"})
+		a := <-took
+		require.NoError(t, a.err)
+		r, err := s.Receipt(ctx, c.Key.Token())
+		require.NoError(t, err)
+		if resolveErr == nil {
+			resolved++
+			require.Equal(t, "ch_resolved", a.out.ChargeID, "round %d: the takeover's result was returned although the resolution was taken", i)
+			require.JSONEq(t, `{"charge_id":"ch_resolved","token":""}`, r.ResultText(), "round %d: the resolution was overwritten", i)
+		} else {
+			require.ErrorIs(t, resolveErr, activity.ErrNotUnresolved, "round %d", i)
+			require.Equal(t, "ch_takeover", a.out.ChargeID, "round %d", i)
+			require.Nil(t, r.ResolvedAt, "round %d: a refused resolution was recorded", i)
+		}
+	}
+	t.Logf("the resolution won %d of 20 rounds, the takeover the others", resolved)
+}

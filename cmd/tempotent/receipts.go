@@ -158,7 +158,8 @@ func (a *app) resolve(ctx context.Context, _ *app, args []string) error {
   --applied --result JSON   the effect happened; the next attempt of the activity returns
                             JSON (in the activity's result type) without calling anything
   --not-applied             it did not; the next attempt calls the downstream again, under
-                            the same token
+                            the same token. Be sure no attempt is still sending (a frozen
+                            worker's request may still land) before you say so.
 
 Only an unknown outcome, or a lease that ended after a possible effect, can be resolved.
 Who, when and why are recorded on the receipt. The result is stored as JSON, unencrypted:

@@ -1,0 +1,55 @@
+package activity_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// An attempt at a downstream that does not deduplicate charged and froze; the next found its
+// lease ended and refused to guess (OutcomeUnknown). An operator finds the receipt, checks the
+// provider under its token, and records what happened: the next attempt replays it without
+// calling. (The tempotent command's receipts list and receipts resolve do the same.)
+func ExampleStore_Resolve() {
+	ctx := context.Background()
+	store, _, cleanup := exampleStore(ctx, "example_resolve")
+	defer cleanup()
+
+	fp, _ := keys.FingerprintOf(map[string]int{"amount": 100})
+	charge := activity.Call{Key: mustKey(keys.Explicit("default", "", "LegacyCharge", "order-7")), Fingerprint: fp,
+		Lease: 50 * time.Millisecond}
+	calls := 0
+	frozen, thaw := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(frozen)
+		_, _ = activity.Do(ctx, store, charge, func(context.Context) (string, error) {
+			calls++
+			<-thaw // charged, then froze past its lease
+			return "ch_1", nil
+		})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	_, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls++; return "ch_2", nil })
+	fmt.Println(errors.Is(err, activity.ErrOutcomeUnknown))
+
+	page, _ := store.Receipts(ctx, activity.Filter{State: activity.FilterUnresolved})
+	r := page.Receipts[0]
+	fmt.Println(r.Key.Operation, r.Status)
+	r, _ = store.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: "ch_1",
+		By: "oncall", Reason: "the gateway's report shows ch_1 under the token"})
+	fmt.Println(r.Status, r.ResultText())
+
+	got, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls++; return "ch_3", nil })
+	fmt.Println(got, err, calls)
+	close(thaw)
+	<-frozen
+	// Output:
+	// true
+	// LegacyCharge unknown
+	// succeeded "ch_1"
+	// ch_1 <nil> 1
+}
