@@ -318,7 +318,8 @@ type Resolution struct {
 	Applied bool
 	// Result is the activity's result to record when Applied, encoded with the store's
 	// DataConverter and Codecs as an activity's own result would be: give a value of the
-	// activity's result type (or json.RawMessage with its JSON).
+	// activity's result type (or json.RawMessage with its JSON). Required with Applied, and
+	// refused without it.
 	Result any
 	// By and Reason are recorded with the resolution: who, and why (a ticket, what the
 	// provider's dashboard showed). Both are required.
@@ -332,6 +333,15 @@ type Resolution struct {
 func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Receipt, error) {
 	if strings.TrimSpace(r.By) == "" || strings.TrimSpace(r.Reason) == "" {
 		return Receipt{}, errors.New("resolve: say who resolves (Resolution.By) and why (Resolution.Reason); both are recorded on the receipt")
+	}
+	if r.Applied && r.Result == nil {
+		// The next attempt would return the zero value of the activity's result type.
+		return Receipt{}, errors.New(`resolve: Applied needs Resolution.Result, the activity's result as the effect produced it (json.RawMessage("null") for an activity that returns none)`)
+	}
+	if !r.Applied && r.Result != nil {
+		// Most likely a forgotten Applied: recording "not applied" would have the next attempt
+		// call again, and a second effect, where the caller meant to record one.
+		return Receipt{}, errors.New("resolve: Resolution.Result is set but Applied is false; set Applied to record the result, or drop Result to record that the effect did not happen")
 	}
 	current, err := s.Receipt(ctx, token)
 	if err != nil {

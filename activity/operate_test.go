@@ -48,6 +48,10 @@ func TestResolve(t *testing.T) {
 
 		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"}})
 		require.ErrorContains(t, err, "Resolution.By", "a resolution without who and why was taken")
+		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Result: chargeResult{ChargeID: "ch_1"}, By: "ops", Reason: "forgot Applied"})
+		require.ErrorContains(t, err, "Applied is false", "a result without Applied was taken as \"not applied\"")
+		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, By: "ops", Reason: "no result"})
+		require.ErrorContains(t, err, "Applied needs Resolution.Result", "an applied resolution without a result was taken")
 
 		got, err := s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"},
 			By: "ops@example.com", Reason: "INC-7: the provider's dashboard shows ch_1"})

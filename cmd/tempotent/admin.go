@@ -156,7 +156,7 @@ var (
 )
 
 func (a *app) doctor(ctx context.Context, _ *app, args []string) error {
-	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Exits 4 if any check fails.")
+	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. Exits 4 if any check fails.")
 	retention, keyMemory := activity.RetentionDefault, activity.DownstreamKeyMemoryDefault
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
 		d, err := parseDuration(v)
