@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tempotent/tempotent/activity"
@@ -22,18 +23,18 @@ func ExampleStore_Resolve() {
 	fp, _ := keys.FingerprintOf(map[string]int{"amount": 100})
 	charge := activity.Call{Key: mustKey(keys.Explicit("default", "", "LegacyCharge", "order-7")), Fingerprint: fp,
 		Lease: 50 * time.Millisecond}
-	calls := 0
+	var calls atomic.Int32
 	frozen, thaw := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(frozen)
 		_, _ = activity.Do(ctx, store, charge, func(context.Context) (string, error) {
-			calls++
+			calls.Add(1)
 			<-thaw // charged, then froze past its lease
 			return "ch_1", nil
 		})
 	}()
 	time.Sleep(100 * time.Millisecond)
-	_, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls++; return "ch_2", nil })
+	_, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls.Add(1); return "ch_2", nil })
 	fmt.Println(errors.Is(err, activity.ErrOutcomeUnknown))
 
 	page, _ := store.Receipts(ctx, activity.Filter{State: activity.FilterUnresolved})
@@ -43,8 +44,8 @@ func ExampleStore_Resolve() {
 		By: "oncall", Reason: "the gateway's report shows ch_1 under the token"})
 	fmt.Println(r.Status, r.ResultText())
 
-	got, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls++; return "ch_3", nil })
-	fmt.Println(got, err, calls)
+	got, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls.Add(1); return "ch_3", nil })
+	fmt.Println(got, err, calls.Load())
 	close(thaw)
 	<-frozen
 	// Output:
