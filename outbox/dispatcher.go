@@ -219,18 +219,26 @@ func (d *Dispatcher) listenOnce(ctx context.Context, wake chan<- struct{}) error
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
 		return err
 	}
+	// A message put while no connection was listening (before the first LISTEN, or between a
+	// lost connection and this one) notified no one: one round now finds it, rather than the
+	// next poll.
+	signal(wake)
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		if n.Payload != d.o.cfg.Schema {
-			continue
+		if n.Payload == d.o.cfg.Schema {
+			signal(wake)
 		}
-		select {
-		case wake <- struct{}{}:
-		default: // a wake-up is already pending
-		}
+	}
+}
+
+// signal wakes the dispatch loop, unless a wake-up is already pending.
+func signal(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -392,11 +392,21 @@ func TestRunSurvivesLostConnections(t *testing.T) {
 	var killed int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&killed))
 	require.Positive(t, killed)
+	// Put while no connection listens (the listener waits a second before it connects again):
+	// its notification reaches no one, and the poll is an hour away. The listener's first round
+	// after it LISTENs again must find it.
+	require.Eventually(t, func() bool { return !listening() }, 5*time.Second, 5*time.Millisecond, "the listening backend did not end")
+	put(t, ctx, o, outbox.Message{ID: "while-away", Topic: "t"})
 	require.Eventually(t, listening, 20*time.Second, 20*time.Millisecond, "the dispatcher did not LISTEN again")
+	delivered := func(id string) func() bool {
+		return func() bool {
+			published, _, _ := r.snapshot()
+			return published[id] == 1
+		}
+	}
+	require.Eventually(t, delivered("while-away"), 20*time.Second, 10*time.Millisecond,
+		"a message put while nothing listened waited for the next poll")
 
 	put(t, ctx, o, outbox.Message{ID: "after", Topic: "t"})
-	require.Eventually(t, func() bool {
-		published, _, _ := r.snapshot()
-		return published["after"] == 1
-	}, 20*time.Second, 10*time.Millisecond, "nothing was delivered after the connections were lost")
+	require.Eventually(t, delivered("after"), 20*time.Second, 10*time.Millisecond, "nothing was delivered after the connections were lost")
 }
