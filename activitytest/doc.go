@@ -1,0 +1,42 @@
+// Package activitytest lets you prove, in your own tests, that your activities are safe to
+// retry: that every way Temporal runs an activity more than once has one effect per intent. Its
+// functions take a testing.TB, call tb.Helper, and fail with a message that says which path
+// broke and what was counted, as river's rivertest does.
+//
+//   - NewStore is a receipt store on the real Postgres (TEST_DATABASE_URL, or
+//     postgres://postgres@127.0.0.1:5432/postgres), in a fresh schema per test that is migrated
+//     and dropped when the test ends. A database that does not answer fails the test with how to
+//     start one: a check that skips itself proves nothing.
+//   - RequireRetrySafe runs your activity through a crash before report, a crash after the
+//     effect before the receipt, a timeout while the first attempt still runs, and a different
+//     payload under the same key, and counts the effects with the function you give. Each
+//     attempt runs on the SDK's TestActivityEnvironment with tempotent's interceptor, registered
+//     with activity.Register, so the path under test is the one your worker runs; the key is
+//     given with keys.Given (an activity environment has no workflow to decide it), one per
+//     path. What a crash needs that the SDK cannot do — hold an attempt after its function
+//     returned, end its lease — the check does to the attempt and to the store.
+//   - Downstream is a recording HTTP downstream (httptest) that counts requests and effects per
+//     Idempotency-Key, deduplicates like Stripe or not at all, and answers with faults: a 500
+//     before or after the effect, a dropped connection after it, a slow answer.
+//   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
+//     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
+//   - NewWorkflowEnv is the SDK's TestWorkflowEnvironment with tempotent's interceptor and
+//     tenant propagator installed and a workflow ID unique to the test; CrashBeforeReport makes
+//     the next attempt of a named activity fail after its receipt was written, as a worker that
+//     died before reporting, so that the workflow's retry must replay it.
+//
+// Keys that collide between test cases: the SDK's test environments give every workflow the
+// same workflow and run IDs, so two tests that share a store derive the same keys, and the
+// second one gets the first one's result, or a PayloadMismatch. Use a store per test (NewStore),
+// or NewWorkflowEnv's unique workflow ID, or keys.Given with an ID of the test's own.
+//
+// Errors that cross into Temporal lose their Go chain: an activity's error reaches the workflow,
+// and a test environment's caller, as a *temporal.ApplicationError. Match tempotent's errors by
+// their type (activity.ErrTypePayloadMismatch, activity.ErrTypeOutcomeUnknown, …) with
+// errors.As and Type(), not with errors.Is on the package's sentinels, which only Do's direct
+// callers see.
+//
+// What it does not do: a workflow Reset (the same workflow scope under a new run ID) needs the
+// dev server, as this repository's own scope tests use; the SDK's test environments have one
+// run ID.
+package activitytest

@@ -1,0 +1,84 @@
+package activitytest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/activitytest"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// exampleTB stands in for the *testing.T of a test function, so that the examples run: it
+// prints failures, and runs the cleanups when the example ends.
+type exampleTB struct {
+	testing.TB
+	failed   bool
+	cleanups []func()
+}
+
+func (e *exampleTB) Helper()                   {}
+func (e *exampleTB) Name() string              { return "Example" }
+func (e *exampleTB) Cleanup(f func())          { e.cleanups = append(e.cleanups, f) }
+func (e *exampleTB) Failed() bool              { return e.failed }
+func (e *exampleTB) Logf(string, ...any)       {}
+func (e *exampleTB) Errorf(f string, a ...any) { e.failed = true; fmt.Printf(f+"\n", a...) }
+func (e *exampleTB) Fatalf(f string, a ...any) { e.Errorf(f, a...); panic("Fatalf") }
+func (e *exampleTB) done() {
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		e.cleanups[i]()
+	}
+}
+
+// A test of your own charge activity: it must send the intent's token as the idempotency key.
+// RequireRetrySafe fails the test, naming the path, if any way Temporal runs it again charges
+// twice.
+func ExampleRequireRetrySafe() {
+	t := &exampleTB{} // in a test: func TestChargeIsRetrySafe(t *testing.T) {
+	defer t.done()
+	provider := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	chargeCard := func(ctx context.Context, amount int) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		return post(ctx, provider.URL, tok.String())
+	}
+	activitytest.RequireRetrySafe(t, activitytest.Check[int, charge]{
+		Activity: chargeCard,
+		Options:  activity.Options{DownstreamDeduplicates: true},
+		Input:    100, Other: 999,
+		Effects: provider.Effects,
+	})
+	fmt.Println(t.Failed(), provider.Effects())
+	// Output: false 4
+}
+
+// The recording downstream applies a repeated key once, like Stripe, and answers with the
+// faults you ask for.
+func ExampleDownstream() {
+	t := &exampleTB{}
+	defer t.done()
+	d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	d.FailNext(activitytest.Fail500AfterEffect) // applied, but the caller hears 500
+	_, err := post(context.Background(), d.URL, "tok-1")
+	fmt.Println(err)
+	c, _ := post(context.Background(), d.URL, "tok-1") // the retry gets the first effect
+	fmt.Println(c.ID, d.Effects(), d.Requests("tok-1"))
+	// Output:
+	// downstream answered 500 Internal Server Error
+	// eff_1 1 2
+}
+
+// RequireReceipt reads a receipt by token and checks what it records.
+func ExampleRequireReceipt() {
+	t := &exampleTB{}
+	defer t.done()
+	store := activitytest.NewStore(t, nil)
+	k := keys.Key{Namespace: "default", Operation: "Charge", ID: "order-7"}
+	fp, _ := keys.FingerprintOf(100)
+	_, _ = activity.Do(context.Background(), store, activity.Call{Key: k, Fingerprint: fp}, func(context.Context) (charge, error) {
+		return charge{ID: "ch_7"}, nil
+	})
+	r := activitytest.RequireReceipt(t, store, k.Token(), activitytest.Want{Status: activity.StatusSucceeded, Result: charge{ID: "ch_7"}})
+	fmt.Println(r.Attempts, t.Failed())
+	// Output: 1 false
+}
