@@ -68,3 +68,32 @@ func TestQuickstartRuns(t *testing.T) {
 	require.Equal(t, got[0][2], got[1][2], "two checkouts of one order got different charges")
 	require.Contains(t, string(out), "provider calls: 1\n", "the provider was not called exactly once")
 }
+
+// TestTestingSectionRuns runs the README's activitytest example, copied word for word, as a test
+// of its own: it must pass, and it must fail once the token is no longer sent.
+func TestTestingSectionRuns(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, block, ok := strings.Cut(string(readme), "<!-- activitytest -->\n```go\n")
+	require.True(t, ok, "README.md has no <!-- activitytest --> Go block")
+	code, _, ok := strings.Cut(block, "```\n<!-- /activitytest -->")
+	require.True(t, ok, "the activitytest block is not closed")
+	require.Less(t, strings.Count(code, "\n"), 30, "the README promises a test in under 30 lines")
+
+	run := func(code string) (string, error) {
+		dir, err := os.MkdirTemp(".", "_activitytest")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "payments_test.go"), []byte(code), 0o644))
+		out, err := exec.Command("go", "test", "-count=1", "./"+dir).CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(code)
+	require.NoError(t, err, "the README's test fails: %s", out)
+
+	unsafe := strings.Replace(code, `req.Header.Set("Idempotency-Key", tok.String())`, `_ = tok`, 1)
+	require.NotEqual(t, code, unsafe)
+	out, err = run(unsafe)
+	require.Error(t, err, "the README's test passes an activity that sends no key")
+	require.Contains(t, out, "crash after the effect, before the receipt: 2 effects for one intent, want 1")
+}
