@@ -284,3 +284,23 @@ func TestWorkflowEnvCrashBeforeReport(t *testing.T) {
 	require.Equal(t, "eff_2", other.ID)
 	require.Equal(t, 2, d.Effects())
 }
+
+func TestNewActivityEnv(t *testing.T) {
+	t.Parallel()
+	store := activitytest.NewStore(t, nil)
+	d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	run := func(id string) charge {
+		env := activitytest.NewActivityEnv(t, "Charge", id)
+		require.NoError(t, activity.Register(env, store, "Charge", safeCharge(d.URL), activity.Options{DownstreamDeduplicates: true}))
+		val, err := env.ExecuteActivity("Charge", chargeRequest{Order: "order-1", Amount: 100})
+		require.NoError(t, err)
+		var c charge
+		require.NoError(t, val.Get(&c))
+		return c
+	}
+	first, second := run(""), run("") // unique intents: two charges
+	require.NotEqual(t, first, second)
+	again, repeat := run("order-1"), run("order-1") // one intent run twice: one charge
+	require.Equal(t, again, repeat)
+	require.Equal(t, 3, d.Effects())
+}

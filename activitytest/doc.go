@@ -20,6 +20,8 @@
 //     before or after the effect, a dropped connection after it, a slow answer.
 //   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
 //     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
+//   - NewActivityEnv is the SDK's TestActivityEnvironment with tempotent's interceptor and an intent
+//     (keys.Given) unique to the test unless the test names one.
 //   - NewWorkflowEnv is the SDK's TestWorkflowEnvironment with tempotent's interceptor and
 //     tenant propagator installed and a workflow ID unique to the test; CrashBeforeReport makes
 //     the next attempt of a named activity fail after its receipt was written, as a worker that

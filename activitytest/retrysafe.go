@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
@@ -102,11 +100,7 @@ type attempt[Out any] struct {
 // execute runs one attempt of the activity with the intent id, as Temporal runs it; hold, when
 // set, runs after the activity function returned, before the receipt is written.
 func (r *runner[In, Out]) execute(id string, in In, hold func(keys.Token)) attempt[Out] {
-	env := newSuite(r.tb).NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{
-		Interceptors:              []interceptor.WorkerInterceptor{activity.NewInterceptor()},
-		BackgroundActivityContext: keys.Given(context.Background(), activityName, id),
-	})
+	env := NewActivityEnv(r.tb, activityName, id)
 	var a attempt[Out]
 	err := activity.Register(env, r.c.Store, activityName, func(ctx context.Context, in In) (Out, error) {
 		a.token, _ = keys.TokenFrom(ctx)

@@ -119,3 +119,23 @@ func (a *crashingActivity) ExecuteActivity(ctx context.Context, in *interceptor.
 	c.done[name]++
 	return nil, temporal.NewApplicationError("activitytest: the worker died before it reported this attempt's outcome", ErrTypeCrashBeforeReport)
 }
+
+// NewActivityEnv returns the SDK's TestActivityEnvironment with tempotent's interceptor
+// installed and its activities given an intent (keys.Given), which an activity environment has
+// no workflow to decide: operation, and id — or, when id is empty, an ID unique to the test, so
+// that no other test's receipts answer. Run the same intent again (Temporal's retry after a
+// crash before report) with a second environment and the same id.
+func NewActivityEnv(tb testing.TB, operation, id string) *testsuite.TestActivityEnvironment {
+	tb.Helper()
+	if id == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		id = tb.Name() + "/" + hex.EncodeToString(b[:])
+	}
+	env := newSuite(tb).NewTestActivityEnvironment()
+	env.SetWorkerOptions(worker.Options{
+		Interceptors:              []interceptor.WorkerInterceptor{activity.NewInterceptor()},
+		BackgroundActivityContext: keys.Given(context.Background(), operation, id),
+	})
+	return env
+}
