@@ -15,6 +15,7 @@
 //   - worker starts a worker with configuration, the dev server or a local Postgres when none is
 //     given, and a clean stop;
 //   - outbox, inbox and webhook carry messages in and out in the same transactions;
+//   - activitytest proves, in your own tests, that your activities are safe to retry;
 //   - cmd/tempotent is the operator's command: list, show and resolve receipts, purge, stats,
 //     migrate, doctor; the nested module tracing shows receipt steps in OpenTelemetry traces;
 //   - samples/payment is the sample payment saga (make demo runs it end to end).
