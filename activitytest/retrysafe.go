@@ -27,7 +27,9 @@ type Check[In, Out any] struct {
 	// same key with another payload must be refused).
 	Input, Other In
 	// Effects counts the activity's effects so far: a recording Downstream's Effects, a counter
-	// of your fake, a query of your table. Required.
+	// of your fake, a query of your table. Required. The check compares counts before and after
+	// each path, so nothing else may add to them meanwhile: give each check a downstream or
+	// counter of its own when tests run in parallel.
 	Effects func() int
 	// Store is the store to run on; it must come from NewStore. Default: a new one.
 	Store *activity.Store
