@@ -82,3 +82,45 @@ func ExampleRequireReceipt() {
 	fmt.Println(r.Attempts, t.Failed())
 	// Output: 1 false
 }
+
+// A workflow test whose charge's worker dies after the charge, before it reports: the workflow's
+// retry replays the receipt, and the provider charged once.
+func ExampleWorkflowEnv_CrashBeforeReport() {
+	t := &exampleTB{}
+	defer t.done()
+	store := activitytest.NewStore(t, nil)
+	provider := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	env := activitytest.NewWorkflowEnv(t)
+	env.RegisterWorkflow(chargeWorkflow)
+	_ = activity.Register(env, store, "Charge", safeCharge(provider.URL), activity.Options{DownstreamDeduplicates: true})
+
+	env.CrashBeforeReport("Charge")
+	env.ExecuteWorkflow(chargeWorkflow, chargeRequest{Order: "order-1", Amount: 100})
+	var c charge
+	fmt.Println(env.GetWorkflowResult(&c), c.ID, env.Crashed("Charge"), provider.Effects())
+	// Output: <nil> eff_1 1 1
+}
+
+// An activity test: the environment gives the activity an intent of the test's own, and a
+// second environment with the same ID runs the same intent again, as Temporal's retry would.
+func ExampleNewActivityEnv() {
+	t := &exampleTB{}
+	defer t.done()
+	store := activitytest.NewStore(t, nil)
+	provider := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	for range 2 {
+		env := activitytest.NewActivityEnv(t, "Charge", "order-42")
+		_ = activity.Register(env, store, "Charge", safeCharge(provider.URL), activity.Options{DownstreamDeduplicates: true})
+		val, err := env.ExecuteActivity("Charge", chargeRequest{Order: "order-42", Amount: 100})
+		var c charge
+		if err == nil {
+			err = val.Get(&c)
+		}
+		fmt.Println(c.ID, err)
+	}
+	fmt.Println(provider.Effects())
+	// Output:
+	// eff_1 <nil>
+	// eff_1 <nil>
+	// 1
+}
