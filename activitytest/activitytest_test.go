@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -303,4 +305,46 @@ func TestNewActivityEnv(t *testing.T) {
 	again, repeat := run("order-1"), run("order-1") // one intent run twice: one charge
 	require.Equal(t, again, repeat)
 	require.Equal(t, 3, d.Effects())
+}
+
+// runIDKeyCharge builds its idempotency key from the run and activity IDs: stable across the
+// retries of one run, and new after a reset.
+func runIDKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, _ chargeRequest) (charge, error) {
+		info := sdkactivity.GetInfo(ctx)
+		return post(ctx, url, info.WorkflowExecution.RunID+"/"+info.ActivityID)
+	}
+}
+
+func TestRequireResetSafe(t *testing.T) {
+	cli, err := filepath.Abs("../bin/temporal")
+	require.NoError(t, err)
+	t.Setenv("TEMPORAL_CLI", cli)
+	c := activitytest.NewDevServer(t)
+	req, other := chargeRequest{Order: "order-1", Amount: 100}, chargeRequest{Order: "order-1", Amount: 999}
+
+	t.Run("PassesAnActivityThatSendsItsToken", func(t *testing.T) {
+		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+		activitytest.RequireResetSafe(t, c, activitytest.Check[chargeRequest, charge]{
+			Activity: safeCharge(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
+			Input: req, Other: other, Effects: d.Effects,
+		})
+	})
+
+	// The key survives every retry in one run, so RequireRetrySafe passes it; a reset is a new
+	// run, and charges again.
+	t.Run("FailsAKeyMadeOfTheRunID", func(t *testing.T) {
+		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+		check := activitytest.Check[chargeRequest, charge]{
+			Activity: runIDKeyCharge(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
+			Input: req, Other: other, Effects: d.Effects, Store: activitytest.NewStore(t, nil),
+		}
+		// In the SDK's environments every intent has the same run and activity IDs, so the key
+		// is shared by the check's intents: RequireRetrySafe sees a later intent with no effect.
+		retry := strings.Join(failures(t, func(tb testing.TB) { activitytest.RequireRetrySafe(tb, check) }), "\n")
+		require.Contains(t, retry, activitytest.PathCrashAfterEffect+": 0 effects for this intent, want 1")
+		got := failures(t, func(tb testing.TB) { activitytest.RequireResetSafe(tb, c, check) })
+		require.Len(t, got, 1)
+		require.Contains(t, got[0], activitytest.PathReset+": 2 effects for one intent, want 1")
+	})
 }

@@ -20,6 +20,7 @@
 //     before or after the effect, a dropped connection after it, a slow answer.
 //   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
 //     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
+//   - RequireResetSafe runs the reset path on a real Temporal server (see below).
 //   - NewActivityEnv is the SDK's TestActivityEnvironment with tempotent's interceptor and an intent
 //     (keys.Given) unique to the test unless the test names one.
 //   - NewWorkflowEnv is the SDK's TestWorkflowEnvironment with tempotent's interceptor and
@@ -38,7 +39,14 @@
 // errors.As and Type(), not with errors.Is on the package's sentinels, which only Do's direct
 // callers see.
 //
-// What it does not do: a workflow Reset (the same workflow scope under a new run ID) needs the
-// dev server, as this repository's own scope tests use; the SDK's test environments have one
-// run ID.
+// A workflow Reset (the same workflow scope under a new run ID) needs a real server: the SDK's
+// test environments have one run ID. RequireResetSafe runs that path on one (NewDevServer
+// starts the dev server): the worker dies after the effect, an operator resets the workflow,
+// and the reset run's attempt takes the receipt over. An activity that builds its key from the
+// run ID passes a retry in one run and charges again after a reset.
+//
+// Two of the paths guard the registration more than the activity's code: a crash before
+// report and another payload under the same key are answered by the receipt whatever the
+// activity does; they fail when the options or the store do not protect it. The takeover paths
+// (a crash after the effect, a timeout, a reset) are where the activity's own key must hold.
 package activitytest

@@ -191,7 +191,9 @@ func (r *runner[In, Out]) crashAfterEffect(wake bool) {
 	second := r.execute(id, r.c.Input, nil)
 	n := r.c.Effects() - before
 	switch {
-	case n != 1:
+	case n == 0:
+		tb.Errorf("activitytest: %s: 0 effects for this intent, want 1: the downstream took its request for an earlier intent's. Send the intent's token (keys.TokenFrom) as the idempotency key; a key made of other IDs is shared by intents that must each have their effect", path)
+	case n > 1:
 		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
 	case second.err != nil && !isType(second.err, activity.ErrTypeOutcomeUnknown):
 		tb.Errorf("activitytest: %s: the attempt that took over failed: %v", path, second.err)

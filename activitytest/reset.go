@@ -1,0 +1,131 @@
+package activitytest
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
+)
+
+// PathReset is the path RequireResetSafe runs, as its failures name it.
+const PathReset = "reset (the same workflow, a new run)"
+
+// NewDevServer starts the Temporal dev server for tb and returns a client of it; both stop when
+// tb ends. The CLI is the one at TEMPORAL_CLI when that is set, else the SDK downloads and caches
+// one (testsuite.StartDevServer).
+func NewDevServer(tb testing.TB) client.Client {
+	tb.Helper()
+	opts := testsuite.DevServerOptions{
+		ExistingPath:  os.Getenv("TEMPORAL_CLI"),
+		LogLevel:      "error",
+		ClientOptions: &client.Options{Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(testLog{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})))},
+	}
+	srv, err := testsuite.StartDevServer(context.Background(), opts)
+	if err != nil {
+		tb.Fatalf("activitytest: start the Temporal dev server: %v. Set TEMPORAL_CLI to a temporal CLI binary (go install github.com/temporalio/cli/cmd/temporal@v1.5.1), or let the SDK download one", err)
+	}
+	tb.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+	return srv.Client()
+}
+
+// RequireResetSafe runs c's activity in a workflow on a real Temporal server (c is its client:
+// NewDevServer, or one of your own) and has its worker die after the activity's effect, before
+// the receipt is written; then an operator resets the workflow to before the activity, and the
+// reset run's attempt takes the receipt over. It fails tb unless that attempt had no second
+// effect (counted by check.Effects) and the reset run completed. A reset keeps the workflow's
+// scope — the key, and the token — and changes the run ID: an activity that builds its
+// downstream's idempotency key from the run or activity ID, instead of sending keys.TokenFrom,
+// charges again here.
+func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[In, Out]) {
+	tb.Helper()
+	if check.Activity == nil || check.Effects == nil {
+		tb.Fatalf("activitytest: RequireResetSafe needs Check.Activity and Check.Effects (a counter of the activity's effects)")
+	}
+	if check.Store == nil {
+		check.Store = NewStore(tb, nil)
+	}
+	ctx := context.Background()
+	r := &runner[In, Out]{tb: tb, c: check, ts: testStoreOf(tb, check.Store)}
+	queue, id := "activitytest-"+r.newID("reset"), r.newID("reset")
+
+	// The first attempt is held after its function returned — its worker died — until the check
+	// ends; every later one runs through.
+	held, release := make(chan keys.Token, 1), make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in In) (Out, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumAttempts: 10}})
+		var out Out
+		err := workflow.ExecuteActivity(keys.WithStep(ctx, "step"), activityName, in).Get(ctx, &out)
+		return out, err
+	}, workflow.RegisterOptions{Name: "activitytest.ResetWorkflow"})
+	err := activity.Register(w, check.Store, activityName, func(ctx context.Context, in In) (Out, error) {
+		out, err := check.Activity(ctx, in)
+		if calls.Add(1) == 1 {
+			tok, _ := keys.TokenFrom(ctx)
+			held <- tok
+			<-release
+		}
+		return out, err
+	}, check.Options)
+	if err != nil {
+		tb.Fatalf("activitytest: %v", err)
+	}
+	if err := w.Start(); err != nil {
+		tb.Fatalf("activitytest: start a worker: %v", err)
+	}
+	defer w.Stop()
+
+	before := check.Effects()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "activitytest.ResetWorkflow", check.Input)
+	if err != nil {
+		tb.Fatalf("activitytest: %s: start the workflow: %v", PathReset, err)
+	}
+	var token keys.Token
+	select {
+	case token = <-held:
+	case <-time.After(time.Minute):
+		tb.Fatalf("activitytest: %s: the activity did not run within a minute", PathReset)
+	}
+	if n := check.Effects() - before; n != 1 {
+		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: Check.Effects does not count this activity's effect", PathReset, n)
+	}
+	r.endLease(PathReset, token)
+	reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 "default",
+		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: run.GetRunID()},
+		Reason:                    "activitytest: run the activity again, as an operator's reset does",
+		WorkflowTaskFinishEventId: 4, // the first workflow task's completion: the activity is scheduled again
+		RequestId:                 id,
+	})
+	if err != nil {
+		tb.Fatalf("activitytest: %s: reset the workflow: %v", PathReset, err)
+	}
+	var out Out
+	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = c.GetWorkflow(getCtx, id, reset.RunId).Get(getCtx, &out)
+	if n := check.Effects() - before; n != 1 {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the reset run's attempt, which took over the receipt under the same token, had the effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, not an ID of the run or the activity", PathReset, n)
+	}
+	if err != nil && !isType(err, activity.ErrTypeOutcomeUnknown) {
+		tb.Errorf("activitytest: %s: the reset run failed: %v", PathReset, err)
+	}
+}
