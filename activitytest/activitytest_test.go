@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -346,5 +349,54 @@ func TestRequireResetSafe(t *testing.T) {
 		got := failures(t, func(tb testing.TB) { activitytest.RequireResetSafe(tb, c, check) })
 		require.Len(t, got, 1)
 		require.Contains(t, got[0], activitytest.PathReset+": 2 effects for one intent, want 1")
+	})
+}
+
+func TestRequireRetrySafeTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		url = activitytest.DatabaseURLDefault
+	}
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	table := "activitytest_orders_" + hex.EncodeToString(b[:])
+	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, amount int NOT NULL)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+table) })
+	rows := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
+		return n
+	}
+	req, other := chargeRequest{Order: "order-1", Amount: 100}, chargeRequest{Order: "order-1", Amount: 999}
+	insert := func(ctx context.Context, db interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, in chargeRequest) (int64, error) {
+		var id int64
+		return id, db.QueryRow(ctx, "INSERT INTO "+table+" (amount) VALUES ($1) RETURNING id", in.Amount).Scan(&id)
+	}
+
+	t.Run("PassesWritesThroughTheTransaction", func(t *testing.T) {
+		activitytest.RequireRetrySafeTx(t, activitytest.CheckTx[chargeRequest, int64]{
+			Activity: func(ctx context.Context, tx pgx.Tx, in chargeRequest) (int64, error) { return insert(ctx, tx, in) },
+			Input:    req, Other: other, Effects: rows,
+		})
+	})
+
+	t.Run("FailsWritesOutsideTheTransaction", func(t *testing.T) {
+		store := activitytest.NewStore(t, nil)
+		got := strings.Join(failures(t, func(tb testing.TB) {
+			activitytest.RequireRetrySafeTx(tb, activitytest.CheckTx[chargeRequest, int64]{
+				Activity: func(ctx context.Context, _ pgx.Tx, in chargeRequest) (int64, error) { return insert(ctx, pool, in) },
+				Input:    req, Other: other, Effects: rows, Store: store,
+			})
+		}), "\n")
+		require.Contains(t, got, activitytest.PathRolledBack+": 1 effects left by an attempt whose transaction rolled back, want 0")
+		t.Logf("what the check said:\n%s", got)
 	})
 }

@@ -20,6 +20,10 @@
 //     before or after the effect, a dropped connection after it, a slow answer.
 //   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
 //     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
+//   - RequireRetrySafeTx is the same for an activity registered with activity.RegisterTx, whose
+//     effect is its writes: a crash before report, an attempt that fails after its writes (its
+//     transaction must roll them back — writes through a connection of the activity's own do
+//     not), a second attempt while the first has not committed, another payload.
 //   - RequireResetSafe runs the reset path on a real Temporal server (see below).
 //   - NewActivityEnv is the SDK's TestActivityEnvironment with tempotent's interceptor and an intent
 //     (keys.Given) unique to the test unless the test names one.

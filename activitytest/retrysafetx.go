@@ -1,0 +1,160 @@
+package activitytest
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/activity"
+)
+
+// CheckTx is a transactional activity (activity.RegisterTx) as RequireRetrySafeTx runs it. Its
+// fields are Check's; Activity writes through tx, in the database of Store.
+type CheckTx[In, Out any] struct {
+	Activity     func(context.Context, pgx.Tx, In) (Out, error)
+	Options      activity.Options
+	Input, Other In
+	// Effects counts the activity's local effects so far, for example the rows it wrote;
+	// required.
+	Effects func() int
+	Store   *activity.Store
+}
+
+// The paths RequireRetrySafeTx runs beside PathCrashBeforeReport and PathOtherPayload.
+const (
+	PathRolledBack = "an attempt that failed after its writes"
+	PathConcurrent = "a second attempt while the first has not committed"
+)
+
+// errInjected is the retryable failure RequireRetrySafeTx gives an attempt after its function
+// wrote, so that its transaction rolls back.
+var errInjected = errors.New("activitytest: the attempt failed after the activity's writes (injected)")
+
+// RequireRetrySafeTx is RequireRetrySafe for an activity registered with activity.RegisterTx,
+// whose effect is its writes and commits with its receipt: it fails tb unless
+//
+//   - crash before report: the retry replays the recorded result, and writes nothing;
+//   - an attempt that failed after its writes (a retryable error; its transaction rolls back)
+//     left no effect, and its retry has exactly one — an activity that writes outside tx (through
+//     a pool of its own) keeps the first attempt's writes and adds the retry's;
+//   - a second attempt while the first has not committed waits for it and returns its result,
+//     with one effect;
+//   - a different payload under the same key is refused with no effect.
+func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
+	tb.Helper()
+	if c.Activity == nil || c.Effects == nil {
+		tb.Fatalf("activitytest: RequireRetrySafeTx needs CheckTx.Activity and CheckTx.Effects (a count of the activity's writes)")
+	}
+	if c.Store == nil {
+		c.Store = NewStore(tb, nil)
+	}
+	if fingerprint(tb, c.Input) == fingerprint(tb, c.Other) {
+		tb.Fatalf("activitytest: CheckTx.Other fingerprints like CheckTx.Input; give a request that differs from it, so that the mismatch path can be checked")
+	}
+	r := &txRunner[In, Out]{runner: runner[In, Out]{tb: tb}, c: c}
+
+	id, before := r.newID("tx-crash-before-report"), c.Effects()
+	first := r.execute(id, c.Input, nil)
+	if first.err != nil {
+		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathCrashBeforeReport, first.err)
+	}
+	if n := c.Effects() - before; n != 1 {
+		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: CheckTx.Effects does not count this activity's writes", PathCrashBeforeReport, n)
+	}
+	again := r.execute(id, c.Input, nil)
+	if n := c.Effects() - before; n != 1 || again.err != nil || !reflect.DeepEqual(again.out, first.out) {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the retry returned %+v (error %v), the first attempt %+v", PathCrashBeforeReport, n, again.out, again.err, first.out)
+	}
+
+	id, before = r.newID("tx-rolled-back"), c.Effects()
+	failed := r.execute(id, c.Input, func() error { return errInjected })
+	if failed.err == nil {
+		tb.Fatalf("activitytest: %s: the injected failure did not fail the attempt", PathRolledBack)
+	}
+	if n := c.Effects() - before; n != 0 {
+		tb.Errorf("activitytest: %s: %d effects left by an attempt whose transaction rolled back, want 0: write through the tx RegisterTx gives the activity, not through a connection of your own", PathRolledBack, n)
+	}
+	if retry := r.execute(id, c.Input, nil); retry.err != nil {
+		tb.Errorf("activitytest: %s: the retry failed: %v", PathRolledBack, retry.err)
+	}
+	if n := c.Effects() - before; n != 1 {
+		tb.Errorf("activitytest: %s: %d effects for one intent after the retry, want 1", PathRolledBack, n)
+	}
+
+	r.concurrent()
+
+	id = r.newID("tx-other-payload")
+	if res := r.execute(id, c.Input, nil); res.err != nil {
+		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathOtherPayload, res.err)
+	}
+	before = c.Effects()
+	other := r.execute(id, c.Other, nil)
+	if n := c.Effects() - before; n != 0 || !isType(other.err, activity.ErrTypePayloadMismatch) {
+		tb.Errorf("activitytest: %s: %d effects and error %v, want 0 and a %s error", PathOtherPayload, n, other.err, activity.ErrTypePayloadMismatch)
+	}
+}
+
+type txRunner[In, Out any] struct {
+	runner[In, Out]
+	c CheckTx[In, Out]
+}
+
+// execute runs one attempt; after, when set, runs once the activity's function returned, inside
+// its transaction, and its error (if any) becomes the attempt's.
+func (r *txRunner[In, Out]) execute(id string, in In, after func() error) attempt[Out] {
+	env := NewActivityEnv(r.tb, activityName, id)
+	var a attempt[Out]
+	err := activity.RegisterTx(env, r.c.Store, activityName, func(ctx context.Context, tx pgx.Tx, in In) (Out, error) {
+		out, err := r.c.Activity(ctx, tx, in)
+		if err == nil && after != nil {
+			err = after()
+		}
+		return out, err
+	}, r.c.Options)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	val, err := env.ExecuteActivity(activityName, in)
+	if err == nil && val.HasValue() {
+		err = val.Get(&a.out)
+	}
+	a.err = err
+	return a
+}
+
+// concurrent holds the first attempt's transaction open after its writes, runs a second attempt
+// beside it, and lets the first commit: the second waits on the receipt and replays it.
+func (r *txRunner[In, Out]) concurrent() {
+	tb := r.tb
+	tb.Helper()
+	id, before := r.newID("tx-concurrent"), r.c.Effects()
+	wrote, release := make(chan struct{}), make(chan struct{})
+	var (
+		first attempt[Out]
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		first = r.execute(id, r.c.Input, func() error { close(wrote); <-release; return nil })
+	})
+	<-wrote
+	var second attempt[Out]
+	wg.Go(func() { second = r.execute(id, r.c.Input, nil) })
+	time.Sleep(100 * time.Millisecond) // the second attempt is waiting on the first's receipt
+	close(release)
+	wg.Wait()
+	if first.err != nil {
+		tb.Fatalf("activitytest: %s: the first attempt failed: %v", PathConcurrent, first.err)
+	}
+	if isType(second.err, activity.ErrTypeInProgress) {
+		second = r.execute(id, r.c.Input, nil) // it gave up waiting: Temporal retries it
+	}
+	if n := r.c.Effects() - before; n != 1 || second.err != nil || !reflect.DeepEqual(first.out, second.out) {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the second attempt returned %+v (error %v), the first %+v", PathConcurrent, n, second.out, second.err, first.out)
+	}
+}
