@@ -2,8 +2,14 @@ package activitytest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/activitytest"
@@ -123,4 +129,73 @@ func ExampleNewActivityEnv() {
 	// eff_1 <nil>
 	// eff_1 <nil>
 	// 1
+}
+
+// A DoInNewTx whose function failed rolled its receipt back with its writes: nothing is recorded,
+// and the retry runs.
+func ExampleRequireNoReceipt() {
+	t := &exampleTB{}
+	defer t.done()
+	store := activitytest.NewStore(t, nil)
+	k := keys.Key{Namespace: "default", Operation: "Reserve", ID: "order-8"}
+	fp, _ := keys.FingerprintOf(3)
+	_, err := activity.DoInNewTx(context.Background(), store, activity.Call{Key: k, Fingerprint: fp},
+		func(context.Context, pgx.Tx) (int, error) { return 0, errors.New("stock table locked") })
+	activitytest.RequireNoReceipt(t, store, k.Token())
+	fmt.Println(err != nil, t.Failed())
+	// Output: true false
+}
+
+// A transactional activity that writes through the transaction it is given passes; see
+// TestRequireRetrySafeTx for one that writes through a pool of its own and fails.
+func ExampleRequireRetrySafeTx() {
+	t := &exampleTB{}
+	defer t.done()
+	store := activitytest.NewStore(t, nil)
+	ctx := context.Background()
+	table := pgx.Identifier{store.Config().Schema, "reservations"}.Sanitize() // the store's schema is dropped after
+	reserve := func(ctx context.Context, tx pgx.Tx, units int) (int64, error) {
+		var id int64
+		err := tx.QueryRow(ctx, "INSERT INTO "+table+" (units) VALUES ($1) RETURNING id", units).Scan(&id)
+		return id, err
+	}
+	count := func() int {
+		var n int
+		_ = exampleDB(ctx).QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n)
+		return n
+	}
+	_, _ = exampleDB(ctx).Exec(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, units int NOT NULL)")
+
+	activitytest.RequireRetrySafeTx(t, activitytest.CheckTx[int, int64]{Activity: reserve, Input: 3, Other: 5, Effects: count, Store: store})
+	fmt.Println(t.Failed(), count())
+	// Output: false 4
+}
+
+// The reset path needs a real Temporal server: NewDevServer starts the dev server (the CLI at
+// TEMPORAL_CLI, or one the SDK downloads).
+func ExampleRequireResetSafe() {
+	var t *testing.T // in a test: func TestChargeSurvivesAReset(t *testing.T) {
+	provider := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+	activitytest.RequireResetSafe(t, activitytest.NewDevServer(t), activitytest.Check[chargeRequest, charge]{
+		Activity: safeCharge(provider.URL), Options: activity.Options{DownstreamDeduplicates: true},
+		Input: chargeRequest{Amount: 100}, Other: chargeRequest{Amount: 999}, Effects: provider.Effects,
+	})
+}
+
+var (
+	exampleOnce sync.Once
+	examplePool *pgxpool.Pool
+)
+
+// exampleDB is a pool on the examples' database, for the tables of the user's own that an
+// example writes.
+func exampleDB(ctx context.Context) *pgxpool.Pool {
+	exampleOnce.Do(func() {
+		url := os.Getenv("TEST_DATABASE_URL")
+		if url == "" {
+			url = activitytest.DatabaseURLDefault
+		}
+		examplePool, _ = pgxpool.New(ctx, url)
+	})
+	return examplePool
 }
