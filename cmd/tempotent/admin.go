@@ -15,7 +15,7 @@ import (
 	"github.com/tempotent/tempotent/internal/schema"
 )
 
-func (a *app) purge(ctx context.Context, _ *app, args []string) error {
+func (a *app) purge(ctx context.Context, args []string) error {
 	f := a.flags("purge", "", "Deletes receipts past their retention, a batch at a time. It never deletes an unresolved\nreceipt, nor a pending one whose attempt may still run. Workers started with the worker\nlibrary purge by themselves; this is for a job of your own, or a backlog.")
 	var batch int
 	var untilDone bool
@@ -50,7 +50,7 @@ func (a *app) purge(ctx context.Context, _ *app, args []string) error {
 	return nil
 }
 
-func (a *app) stats(ctx context.Context, _ *app, args []string) error {
+func (a *app) stats(ctx context.Context, args []string) error {
 	f := a.flags("stats", "", "Counts receipts by operation and status, and says how long the oldest unresolved one\nhas waited. It reads the whole table: on a large one, run it off peak.")
 	var asJSON bool
 	f.BoolVar(&asJSON, "json", false, "print JSON")
@@ -112,7 +112,7 @@ func (a *app) stats(ctx context.Context, _ *app, args []string) error {
 	return nil
 }
 
-func (a *app) migrate(ctx context.Context, _ *app, args []string) error {
+func (a *app) migrate(ctx context.Context, args []string) error {
 	f := a.flags("migrate", "", "Applies tempotent's migrations (receipts, outbox, inbox) to the schema, each in its own\ntransaction; safe to run while workers run, and from several places at once. With --print,\nwrites the SQL for a migration tool of your own instead, each migration with the row\nthat tells workers it is applied.")
 	var print bool
 	var after int
@@ -155,7 +155,7 @@ var (
 	sqlComment   = regexp.MustCompile(`--[^\n]*`)
 )
 
-func (a *app) doctor(ctx context.Context, _ *app, args []string) error {
+func (a *app) doctor(ctx context.Context, args []string) error {
 	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. Exits 4 if any check fails.")
 	retention, keyMemory := activity.RetentionDefault, activity.DownstreamKeyMemoryDefault
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {

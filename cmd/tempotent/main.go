@@ -46,7 +46,7 @@ type app struct {
 // command is a subcommand: its name as typed, what it does, and how it runs.
 type command struct {
 	name, summary string
-	run           func(ctx context.Context, a *app, args []string) error
+	run           func(ctx context.Context, args []string) error
 }
 
 func (a *app) commands() []command {
@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		if len(args) < len(words) || strings.Join(args[:len(words)], " ") != c.name {
 			continue
 		}
-		err := c.run(ctx, a, args[len(words):])
+		err := c.run(ctx, args[len(words):])
 		return a.exit(c.name, err)
 	}
 	if args[0] == "receipts" {

@@ -16,7 +16,7 @@ import (
 	"github.com/tempotent/tempotent/keys"
 )
 
-func (a *app) list(ctx context.Context, _ *app, args []string) error {
+func (a *app) list(ctx context.Context, args []string) error {
 	f := a.flags("receipts list", "", "Lists receipts, oldest first, a page at a time.")
 	var filter activity.Filter
 	var asJSON bool
@@ -76,7 +76,7 @@ func (a *app) list(ctx context.Context, _ *app, args []string) error {
 	return nil
 }
 
-func (a *app) show(ctx context.Context, _ *app, args []string) error {
+func (a *app) show(ctx context.Context, args []string) error {
 	f := a.flags("receipts show", "[TOKEN]", "Prints every field of the receipt under TOKEN (or --key), with its compensations,\nor of every receipt a workflow wrote (--workflow).")
 	var key, workflowID string
 	var asJSON bool
@@ -151,7 +151,7 @@ func (a *app) show(ctx context.Context, _ *app, args []string) error {
 	return nil
 }
 
-func (a *app) resolve(ctx context.Context, _ *app, args []string) error {
+func (a *app) resolve(ctx context.Context, args []string) error {
 	f := a.flags("receipts resolve", "TOKEN", `Settles the unresolved receipt under TOKEN with what you found out at the downstream
 (its dashboard or API, searched for the token):
 
