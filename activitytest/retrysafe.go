@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
@@ -116,12 +117,18 @@ func (r *runner[In, Out]) execute(id string, in In, hold func(keys.Token)) attem
 		a.err = err
 		return a
 	}
+	a.out, a.err = executeIn[Out](env, in)
+	return a
+}
+
+// executeIn runs the activity registered as activityName in env with in, and decodes its result.
+func executeIn[Out any](env *testsuite.TestActivityEnvironment, in any) (Out, error) {
+	var out Out
 	val, err := env.ExecuteActivity(activityName, in)
 	if err == nil && val.HasValue() {
-		err = val.Get(&a.out)
+		err = val.Get(&out)
 	}
-	a.err = err
-	return a
+	return out, err
 }
 
 func (r *runner[In, Out]) newID(path string) string {

@@ -120,11 +120,7 @@ func (r *txRunner[In, Out]) execute(id string, in In, after func() error) attemp
 		a.err = err
 		return a
 	}
-	val, err := env.ExecuteActivity(activityName, in)
-	if err == nil && val.HasValue() {
-		err = val.Get(&a.out)
-	}
-	a.err = err
+	a.out, a.err = executeIn[Out](env, in)
 	return a
 }
 
