@@ -329,7 +329,8 @@ type Resolution struct {
 // Resolve settles the unresolved receipt under token as r says, and returns it as it now is. It
 // refuses (ErrNotUnresolved) a receipt whose outcome is recorded or whose attempt is running:
 // only a receipt that Receipt.Unresolved marks may be settled by hand. An attempt that still
-// holds an ended lease loses it: its late write matches nothing, and it returns what r recorded.
+// holds an ended lease loses it: its late write matches nothing, and it returns what r recorded
+// (Applied) or a retryable FencedOut (not applied), after which the next attempt calls again.
 func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Receipt, error) {
 	if strings.TrimSpace(r.By) == "" || strings.TrimSpace(r.Reason) == "" {
 		return Receipt{}, errors.New("resolve: say who resolves (Resolution.By) and why (Resolution.Reason); both are recorded on the receipt")

@@ -133,6 +133,36 @@ func TestResolve(t *testing.T) {
 		require.JSONEq(t, `{"charge_id":"ch_resolved"}`, r.ResultText(), "the stale attempt overwrote the resolution")
 	})
 
+	// "Not applied" ends the stale holder's claim too: its late completion matches nothing, and
+	// the next attempt calls again under the same token. (Resolving so while an attempt may still
+	// be sending is the operator's error; the Resolution doc says so.)
+	t.Run("NotAppliedFencesTheStaleAttempt", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t, nil)
+		c := call(t, "order-5/charge", map[string]int{"amount": 100})
+		c.Lease = 50 * time.Millisecond
+		c.DownstreamDeduplicates = true
+		resolved, stale := make(chan struct{}), make(chan error, 1)
+		go func() {
+			_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
+				<-resolved
+				return chargeResult{ChargeID: "ch_stale"}, nil
+			})
+			stale <- err
+		}()
+		require.Eventually(t, func() bool {
+			page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterLeaseEnded})
+			return err == nil && len(page.Receipts) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{By: "ops", Reason: "no charge found"})
+		require.NoError(t, err)
+		close(resolved)
+		require.ErrorIs(t, <-stale, activity.ErrFencedOut, "the stale attempt wrote over the resolution")
+		out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) { return chargeResult{ChargeID: "ch_next"}, nil })
+		require.NoError(t, err)
+		require.Equal(t, "ch_next", out.ChargeID)
+	})
+
 	t.Run("RefusesARunningOrMissingReceipt", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t, nil)

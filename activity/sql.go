@@ -174,12 +174,15 @@ DELETE FROM %[1]s WHERE ctid IN (
 FROM %[1]s WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
 
 		// resolveApplied and resolveNotApplied settle an unresolved receipt by hand ($1 its
-		// token, $3 who, $4 why). Either replaces the reservation ($2, held by no attempt), so that
-		// an attempt still holding the ended lease writes nothing afterwards. Race: an attempt
-		// that takes over first makes the lease live, and the receipt no longer unresolved, so the
-		// resolution matches nothing (and the other way round). Applied completes the receipt with
-		// the result $5; not applied leaves it pending with its lease ended and no effect
-		// possible, so that the next attempt takes over and calls again under the same token.
+		// token, $3 who, $4 why). Race: an attempt that takes over first makes the lease live, and
+		// the receipt no longer unresolved, so the resolution matches nothing (and the other way
+		// round). Applied completes the receipt with the result $5: no attempt's write matches a
+		// completed receipt. Not applied leaves it pending with its lease ended and no effect
+		// possible, so that the next attempt takes over and calls again under the same token; the
+		// new reservation $2 (held by no attempt) is what keeps a stale holder of the ended lease
+		// from completing or releasing it afterwards, and makes an attempt that read the receipt
+		// before the resolution (and decided from its effect_possible) fail its takeover and read
+		// again, as release does.
 		resolveApplied: fmt.Sprintf(`
 UPDATE %[1]s SET state = 'completed', result = $5, failure = NULL, error_type = NULL, error_message = NULL,
 	reservation = $2, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
