@@ -19,7 +19,9 @@
 //	migrate           apply the migrations, or --print their SQL for your own tool
 //	doctor            schema version, indexes, clock skew, retention against key memory
 //
-// Every command takes --help. list, show and stats take --json for scripts.
+// Every command takes --help. list, show and stats take --json for scripts. Flags and arguments
+// come in any order; a token that begins with "-" (one in 64 does) is still a token, and "--"
+// ends the flags.
 //
 // Exit codes:
 //

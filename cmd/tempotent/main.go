@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/keys"
 )
 
 // Exit codes (see the package documentation).
@@ -164,9 +165,23 @@ func (a *app) flags(name, args, about string) *flags {
 
 // parse parses args, flags and positional arguments in any order ("resolve TOKEN --applied" as
 // well as "resolve --applied TOKEN"); --help prints the usage and ends the command with exit 0.
+// A token may begin with "-" (it is base64url): such an argument is positional unless it is the
+// value of the flag before it, and everything after "--" is positional too.
 func (f *flags) parse(args []string) error {
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--":
+			f.args = append(f.args, args[i+1:]...)
+			i = len(args)
+		case isDashToken(args[i]) && !f.takesValue(rest):
+			f.args = append(f.args, args[i])
+		default:
+			rest = append(rest, args[i])
+		}
+	}
 	for {
-		err := f.Parse(args)
+		err := f.Parse(rest)
 		if errors.Is(err, flag.ErrHelp) {
 			f.help()
 			return err
@@ -178,8 +193,41 @@ func (f *flags) parse(args []string) error {
 			return nil
 		}
 		f.args = append(f.args, f.Arg(0))
-		args = f.Args()[1:]
+		rest = f.Args()[1:]
 	}
+}
+
+// isDashToken reports whether arg has a token's shape (keys.TokenLen characters of base64url)
+// and begins with "-", so that the flag package would take it for a flag.
+func isDashToken(arg string) bool {
+	if len(arg) != keys.TokenLen || arg[0] != '-' {
+		return false
+	}
+	for _, c := range arg {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// takesValue reports whether the last of args is a flag that takes the next argument as its
+// value ("--reason X", not "--reason=X" or a boolean flag).
+func (f *flags) takesValue(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	last := args[len(args)-1]
+	name := strings.TrimPrefix(strings.TrimPrefix(last, "-"), "-")
+	if name == last || strings.Contains(name, "=") {
+		return false
+	}
+	fl := f.Lookup(name)
+	if fl == nil {
+		return false
+	}
+	b, isBool := fl.Value.(interface{ IsBoolFlag() bool })
+	return !isBool || !b.IsBoolFlag()
 }
 
 // arg returns the i-th positional argument, or "".

@@ -393,3 +393,30 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, errOut, "does not answer")
 	require.Contains(t, errOut, "DATABASE_URL")
 }
+
+// A token is base64url, so one in 64 begins with "-": the flag package alone would take it for
+// a flag and every command would refuse the receipt.
+func TestTokensThatBeginWithADash(t *testing.T) {
+	t.Parallel()
+	s, tempotent := newStore(t)
+	var id string
+	for i := 0; ; i++ {
+		id = fmt.Sprintf("order-%d", i)
+		if k := (keys.Key{Namespace: "default", Operation: "Charge", ID: id}); k.Token()[0] == '-' {
+			break
+		}
+	}
+	tok := string(unknownReceipt(t, s, id))
+	require.Equal(t, byte('-'), tok[0], "unknownReceipt's key is not the one searched for")
+
+	require.Contains(t, tempotent.ok("receipts", "show", tok), "unknown")
+	require.Contains(t, tempotent.ok("receipts", "show", "--", tok), "unknown")
+	require.Contains(t, tempotent.ok("receipts", "resolve", "--not-applied", tok, "--reason", "checked"), "resolved "+tok)
+
+	// As a flag's value the same string stays the value.
+	f := (&app{getenv: func(string) string { return "" }}).flags("x", "", "")
+	reason := f.String("reason", "", "")
+	require.NoError(t, f.parse([]string{"--reason", tok, "pos"}))
+	require.Equal(t, tok, *reason)
+	require.Equal(t, []string{"pos"}, f.args)
+}
