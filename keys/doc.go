@@ -62,8 +62,34 @@
 //
 // Key.Token is what an external system sees: 43 URL-safe characters hashed from all four parts
 // (Token.UUID for APIs that want a UUID). Key.Compensation derives the key of a compensation
-// from its forward step. FingerprintOf and FingerprintJSON hash a request's canonical JSON, so
-// that the same key with a different request can be refused.
+// from its forward step.
+//
+// FingerprintOf and FingerprintJSON hash a request's canonical JSON, so that the same key with a
+// different request can be refused before anything is called. Struct tags on the request choose
+// what counts:
+//
+//	type Charge struct {
+//		Order       string    `json:"order"`
+//		Amount      int64     `json:"amount"`
+//		RequestedAt time.Time `json:"requested_at" tempotent:"-"` // differs on every attempt
+//	}
+//
+// The options, comma-separated in one tag:
+//
+//   - `tempotent:"-"` leaves a field out: a retry that differs only in it replays the first
+//     result. Leave out only what the effect does not depend on: with Amount left out, a retry
+//     with another amount would replay the first charge instead of being refused.
+//   - `tempotent:"intent"` on some fields of a struct makes them the only ones that count,
+//     counting the fields promoted from its embedded structs as its own.
+//   - A nil slice or map is the same request as an empty one, unless the field is tagged
+//     `tempotent:"keepnil"`.
+//
+// An unknown option is an error, never ignored. A fingerprint carries the version of the way the
+// request became JSON (FingerprintVersion): 1 when the tags and the nil rule made no difference, 2
+// when they did. Compare a request's fingerprint with a stored one with Fingerprint.Matches, and
+// with one recorded under another version by recomputing it with FingerprintAt. Receipts recorded
+// before version 2 keep matching their retries that way, but the tags and the nil rule protect
+// only intents recorded after the upgrade.
 //
 // Malformed parts (empty, too long, NUL or control bytes, invalid UTF-8) are an
 // *InvalidKeyError; a missing identity is ErrNoIdentity. Both are returned before anything is

@@ -3,6 +3,7 @@ package keys_test
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tempotent/tempotent/keys"
 )
@@ -41,4 +42,27 @@ func ExampleFingerprintJSON() {
 	c, _ := keys.FingerprintJSON([]byte(`{"currency":"eur","amount":101}`))
 	fmt.Println(a == b, a == c)
 	// Output: true false
+}
+
+func ExampleFingerprintOf_tags() {
+	// RequestedAt is when this attempt built the request: it changes on every retry, and the
+	// charge does not depend on it. Amount does, so it is not left out.
+	type charge struct {
+		Order       string    `json:"order"`
+		Amount      int       `json:"amount"`
+		RequestedAt time.Time `json:"requested_at" tempotent:"-"`
+	}
+	first, _ := keys.FingerprintOf(charge{Order: "order-123", Amount: 100, RequestedAt: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)})
+	retry, _ := keys.FingerprintOf(charge{Order: "order-123", Amount: 100, RequestedAt: time.Date(2026, 5, 1, 9, 5, 0, 0, time.UTC)})
+	other, _ := keys.FingerprintOf(charge{Order: "order-123", Amount: 250, RequestedAt: time.Date(2026, 5, 1, 9, 5, 0, 0, time.UTC)})
+	fmt.Println(retry.Matches(first), other.Matches(first))
+
+	// A nil slice is the same request as an empty one.
+	type reserve struct{ SKUs []string }
+	built, _ := keys.FingerprintOf(reserve{SKUs: []string{}})
+	zero, _ := keys.FingerprintOf(reserve{})
+	fmt.Println(zero.Matches(built))
+	// Output:
+	// true false
+	// true
 }

@@ -15,30 +15,49 @@ import (
 	"unicode/utf8"
 )
 
-// FingerprintVersion is the version of the canonical form that Fingerprint hashes; it is stored
-// beside every fingerprint in a receipt. Fingerprints of different versions never compare equal,
-// even for the same request, since nothing can recompute an old version's hash from the receipt:
-// a receipt recorded under another version is refused as a payload mismatch whose message says
-// that the versions differ, and nothing is called (the activity package compares Fingerprint
-// values with ==).
+// FingerprintVersion is the newest version of the way a request becomes the canonical JSON that
+// a Fingerprint hashes; the version is stored beside every fingerprint in a receipt.
 //
-// So a new version turns every retry or replay of an intent recorded under the old one into a
-// mismatch: it is bumped only when the canonical form of some input that was accepted before
-// changes, and an upgrade that bumps it should drain in-flight work first. Refusing inputs that
-// had no single canonical form (as unpaired surrogate escapes and unrepresentable exponents are
-// now) changes no accepted form and keeps the version.
-const FingerprintVersion = 1
+//   - Version 1 hashes the canonical form (see FingerprintJSON) of the request's encoding/json
+//     form. FingerprintJSON computes it, and FingerprintOf did before version 2.
+//   - Version 2 first applies the request's tempotent struct tags and makes nil slices and maps
+//     empty (see FingerprintOf), then hashes the same canonical form.
+//
+// Both versions hash one canonical grammar, so equal sums are equal canonical text whatever the
+// version, and Fingerprint.Matches compares them so. FingerprintOf labels a fingerprint version 1
+// whenever version 2 changed nothing in the canonical text: workers of earlier releases, which
+// compare fingerprints with ==, keep matching the receipts that newer workers write for requests
+// whose JSON no tag or nil changes. The other way round, such a worker refuses a version-2
+// receipt as a payload mismatch (and calls nothing): during a rolling upgrade, a retry of an
+// intent that a new worker recorded under version 2 fails if an old worker takes it, so keep the
+// rollout short or drain first.
+//
+// A receipt recorded under version 1 is compared under version 1 when the caller still has the
+// request: it recomputes FingerprintAt(request, stored.Version), as the activity package does, so
+// the retries of intents in flight keep matching across the upgrade. What version 2 adds holds
+// only for intents recorded after the upgrade: a receipt written before it with null for a nil
+// slice does not match a retry that now sends an empty slice, and one written before a field was
+// tagged "-" does not match a retry in which that field changed.
+//
+// A version is added only when the JSON of some request that was accepted before changes.
+// Refusing inputs that had no single canonical form (as unpaired surrogate escapes and
+// unrepresentable exponents are now) changes no accepted form and keeps the version. A version
+// that changes the canonical grammar itself must not be matched to earlier ones by sum.
+const FingerprintVersion = 2
 
 // ErrNotCanonicalizable is matched by errors from canonicalize and the Fingerprint functions when
-// the request is not JSON that has one canonical form: malformed JSON, invalid UTF-8, an object
-// with a repeated member name, a string or member name with an unpaired surrogate escape (such
-// as "\ud800"), or a number whose exponent is beyond the int32 range (written or canonical).
+// the request has no one canonical form: malformed JSON, invalid UTF-8, an object with a
+// repeated member name, a string or member name with an unpaired surrogate escape (such as
+// "\ud800"), a number whose exponent is beyond the int32 range (written or canonical), a Go
+// value that encoding/json cannot encode or that contains itself, or a tempotent struct tag that
+// cannot be honoured (an unknown option; the message names the field and the option).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
-// of the canonical form. Two Fingerprints are equal (==) only when both Version and Sum are. Same
-// key with a different Fingerprint is a payload mismatch, and that includes a Fingerprint of
-// another Version: the request is not compared across versions (see FingerprintVersion).
+// of the way the request became that JSON (see FingerprintVersion). Two Fingerprints are equal
+// (==) only when both Version and Sum are. Compare a request's fingerprint with a stored one with
+// Matches, which also matches versions 1 and 2 with equal sums. The same key with a Fingerprint
+// that does not match is a payload mismatch.
 type Fingerprint struct {
 	Version int16
 	Sum     [sha256.Size]byte
@@ -49,30 +68,131 @@ func (f Fingerprint) String() string {
 	return "v" + strconv.Itoa(int(f.Version)) + ":" + hex.EncodeToString(f.Sum[:])
 }
 
+// Matches reports whether f and stored (typically a request's fingerprint and one read from a
+// receipt) identify the same request: when they are equal, or when both are of version 1 or 2
+// and their sums are equal. Versions 1 and 2 hash the same canonical JSON grammar and differ only
+// in how a Go value becomes JSON, so equal sums are equal canonical text. A future version that
+// changes the grammar must not be matched to these by sum.
+func (f Fingerprint) Matches(stored Fingerprint) bool {
+	if f == stored {
+		return true
+	}
+	sameGrammar := func(v int16) bool { return v == 1 || v == 2 }
+	return sameGrammar(f.Version) && sameGrammar(stored.Version) && f.Sum == stored.Sum
+}
+
 // FingerprintJSON fingerprints a request given as JSON. Object member order and insignificant
 // whitespace do not matter, numbers compare by value ("1", "1.0" and "1e0" are the same request),
 // and strings compare byte for byte after JSON unescaping (no Unicode normalisation).
+//
+// The result has Version 1. JSON carries no Go types, so FingerprintOf's tags and nil rule cannot
+// apply: null and [] are different requests here. For the encoding/json form of a value v it
+// equals FingerprintAt(v, 1).
 func FingerprintJSON(raw []byte) (Fingerprint, error) {
 	canon, err := canonicalize(raw)
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	return Fingerprint{Version: FingerprintVersion, Sum: sha256.Sum256(canon)}, nil
+	return Fingerprint{Version: 1, Sum: sha256.Sum256(canon)}, nil
 }
 
-// FingerprintOf fingerprints v's encoding/json form (see FingerprintJSON). A value that
-// encoding/json cannot encode (a channel, a func) is an error. Note that encoding/json replaces
-// invalid UTF-8 in Go strings with U+FFFD before the fingerprint sees it; pass such data as
-// []byte, which is encoded as base64.
+// FingerprintOf fingerprints v: the canonical form (see FingerprintJSON) of v's encoding/json
+// form, after two changes that fingerprint version 2 makes to a copy of v (v itself is never
+// written to):
+//
+//   - Struct tags choose the fields that count. A field tagged `tempotent:"-"` is left out: the
+//     copy holds its zero value, so changing it does not change the fingerprint. When a field of
+//     a struct is tagged `tempotent:"intent"`, only the struct's intent fields count and the
+//     others are left out. The fields that encoding/json promotes from an embedded struct count
+//     as the struct's own, and an embedded struct tagged intent brings all its fields; a nested
+//     struct that is not embedded decides for its own fields. Tags apply at any depth: through
+//     pointers and interface values, and in slice, array and map elements.
+//   - A nil slice (including []byte) or map is the same request as an empty one, although
+//     encoding/json writes null for one and [], {} or "" for the other: a request should not
+//     depend on how the code that built it spelt "none". Tag a field `tempotent:"keepnil"` to
+//     keep them apart in it (in the field's own value, through pointers, not in the elements
+//     inside it). Options combine: `tempotent:"intent,keepnil"`.
+//
+// Leaving a field out promises that it does not change what the request does: a retry that
+// differs only in left-out fields replays the first result. Leave out what varies between the
+// attempts of one intent (the time the request was built, a trace ID), never what the effect
+// depends on: with Amount left out, a retry with another amount replays the first charge instead
+// of being refused as a payload mismatch.
+//
+// A value that marshals itself (json.Marshaler or encoding.TextMarshaler, such as time.Time) is
+// encoded by its own method, so tags inside it do not apply. A left-out field still appears in
+// the JSON, as its zero value.
+//
+// The result has Version 1 when the tags and the nil rule changed nothing in the canonical form
+// (a struct without tags, nil slices or nil maps), and Version 2 otherwise; see
+// FingerprintVersion. An unknown tag option, or intent on a field that encoding/json does not
+// encode, is an error that names the field; so is a value that encoding/json cannot encode (a
+// channel, a func) or that contains itself. All wrap ErrNotCanonicalizable. Note that
+// encoding/json replaces invalid UTF-8 in Go strings with U+FFFD before the fingerprint sees it;
+// pass such data as []byte, which is encoded as base64.
 func FingerprintOf(v any) (Fingerprint, error) {
+	return fingerprintV2(v)
+}
+
+// FingerprintAt fingerprints v under the given version: 1 is the canonical form of v's plain
+// encoding/json form (what FingerprintOf computed before version 2), and 2 is FingerprintOf (whose
+// result is labelled Version 1 when version 2 changed nothing). Use it to compare a request with a
+// receipt recorded under another version:
+//
+//	fp, err := keys.FingerprintAt(request, stored.Version)
+//	same := err == nil && fp.Matches(stored)
+//
+// A version this release does not know, such as one recorded by a newer release, is an error.
+func FingerprintAt(v any, version int16) (Fingerprint, error) {
+	switch version {
+	case 1:
+		canon, err := marshalCanonical(v)
+		if err != nil {
+			return Fingerprint{}, err
+		}
+		return Fingerprint{Version: 1, Sum: sha256.Sum256(canon)}, nil
+	case 2:
+		return fingerprintV2(v)
+	}
+	if version > FingerprintVersion {
+		return Fingerprint{}, fmt.Errorf("fingerprint request under version %d: this release knows versions up to %d; the receipt was recorded by a newer release", version, FingerprintVersion)
+	}
+	return Fingerprint{}, fmt.Errorf("fingerprint request under version %d: there is no such version; versions start at 1", version)
+}
+
+// fingerprintV2 is FingerprintOf. It marshals v a second time, in its version-1 form, only when
+// the tags or the nil rule changed something, to tell whether the result may be labelled
+// version 1.
+func fingerprintV2(v any) (Fingerprint, error) {
+	prepared, changed, err := prepareV2(v)
+	if err != nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint request: %w", err)
+	}
+	canon, err := marshalCanonical(prepared)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	version := int16(1)
+	if changed {
+		// v's own form may not exist (a left-out field that encoding/json refuses to encode);
+		// then the version-2 form stands.
+		if plain, err := marshalCanonical(v); err != nil || !bytes.Equal(plain, canon) {
+			version = 2
+		}
+	}
+	return Fingerprint{Version: version, Sum: sha256.Sum256(canon)}, nil
+}
+
+// marshalCanonical returns the canonical form of v's encoding/json form.
+func marshalCanonical(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return Fingerprint{}, fmt.Errorf("fingerprint request: %w: %w", ErrNotCanonicalizable, err)
+		return nil, fmt.Errorf("fingerprint request: %w: %w", ErrNotCanonicalizable, err)
 	}
-	return FingerprintJSON(raw)
+	return canonicalize(raw)
 }
 
-// canonicalize returns the canonical form of a JSON document (version FingerprintVersion): object
+// canonicalize returns the canonical form of a JSON document (the grammar of versions 1 and 2): object
 // members sorted by the bytes of their names at every depth, no insignificant whitespace, strings
 // re-encoded without HTML escaping, and numbers in the exact decimal form described at
 // canonicalNumber. It refuses what JSON decoders resolve differently or lossily, instead of

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -173,7 +174,7 @@ func TestFingerprint(t *testing.T) {
 	b, err := FingerprintJSON([]byte(`{"meta":{"b":2,"a":1.0},"currency":"eur","amount":1e2}`))
 	require.NoError(t, err)
 	require.Equal(t, a, b, "reordered keys and another spelling of the same number are the same request")
-	require.Equal(t, int16(FingerprintVersion), a.Version)
+	require.Equal(t, int16(1), a.Version, "JSON carries no Go types, so it is always version 1")
 
 	for _, other := range []string{
 		`{"amount":101,"currency":"eur","meta":{"a":1,"b":2}}`,
@@ -289,4 +290,382 @@ func FuzzCanonicalNumber(f *testing.F) {
 			require.Equal(t, want, string(got), "the canonical form of %s", spelling)
 		}
 	})
+}
+
+// Request types for the tag tests. Each test changes one field and expects the fingerprint to
+// stay the same only when the tags leave that field out.
+type (
+	tagCharge struct {
+		Amount      int       `json:"amount"`
+		Currency    string    `json:"currency"`
+		RequestedAt time.Time `json:"requested_at" tempotent:"-"`
+		TraceID     string    `tempotent:"-"`
+	}
+	// intentCharge is in intent mode: only Order and Amount count. Meta is a nested struct and
+	// decides for its own fields, however it is tagged here.
+	intentCharge struct {
+		Order  string `tempotent:"intent"`
+		Amount int    `tempotent:"intent"`
+		Note   string
+		Meta   tagMeta `tempotent:"intent"`
+	}
+	tagMeta struct {
+		Source string
+		SeenAt time.Time `tempotent:"-"`
+	}
+	Audit struct {
+		By string
+		At time.Time `tempotent:"-"`
+	}
+	IntentPart struct {
+		Order   string `tempotent:"intent"`
+		Comment string
+	}
+	// embedsPromotedIntent is in intent mode through Order, promoted from IntentPart: only
+	// Order counts.
+	embedsPromotedIntent struct {
+		IntentPart
+		Amount int
+	}
+	// embedsTaggedIntent is in intent mode; Audit's fields count, bar its "-" field.
+	embedsTaggedIntent struct {
+		Audit  `tempotent:"intent"`
+		Amount int
+	}
+	embedsExcluded struct {
+		Audit  `tempotent:"-"`
+		Amount int
+	}
+	embedsPointer struct {
+		*Audit
+		Amount int
+	}
+	// embedsNamed has a JSON name, so IntentPart is a nested object with its own intent mode
+	// and Amount counts.
+	embedsNamed struct {
+		IntentPart `json:"part"`
+		Amount     int
+	}
+	// unexportedInner is promoted from an unexported embedded field, which reflect marks
+	// read-only; encoding/json still encodes At and Items.
+	unexportedInner struct {
+		At    time.Time `tempotent:"-"`
+		Items []string
+	}
+	embedsUnexported struct {
+		unexportedInner
+		Amount int
+	}
+	embedsUnexportedPointer struct {
+		*unexportedInner
+		Amount int
+	}
+	tagContainers struct {
+		Ptr  *tagCharge
+		List []tagCharge
+		ByID map[string]tagCharge
+		Any  any
+		Arr  [1]tagCharge
+	}
+	nilable struct {
+		Items []string
+		Meta  map[string]int
+		Raw   []byte
+		Ptr   *[]int
+	}
+	keepNil struct {
+		Items []string       `tempotent:"keepnil"`
+		Meta  map[string]int `tempotent:"keepnil"`
+		Ptr   *[]int         `tempotent:"keepnil"`
+		Inner []nilable      `tempotent:"keepnil"`
+	}
+	keepNilIntent struct {
+		Meta  map[string]int  `tempotent:"intent,keepnil"`
+		Other map[string]bool `tempotent:"intent"`
+		Note  []string
+	}
+	// selfMarshal encodes itself, so its tags do not apply.
+	selfMarshal struct {
+		Secret string `tempotent:"-"`
+	}
+	cyclic struct {
+		Next *cyclic
+		Tags []string
+	}
+	// selfEmbedding embeds itself; encoding/json does not promote its fields twice.
+	selfEmbedding struct {
+		*selfEmbedding
+		Items []string `tempotent:"-"`
+	}
+)
+
+func (s selfMarshal) MarshalJSON() ([]byte, error) { return json.Marshal(s.Secret) }
+
+func TestFingerprintTags(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	later := at.Add(time.Minute)
+	for _, tc := range []struct {
+		name string
+		a, b any
+		same bool
+	}{
+		{"ExcludedField", tagCharge{Amount: 100, TraceID: "a"}, tagCharge{Amount: 100, TraceID: "b"}, true},
+		{"ExcludedTime", tagCharge{Amount: 100, RequestedAt: at}, tagCharge{Amount: 100, RequestedAt: later}, true},
+		{"IncludedField", tagCharge{Amount: 100}, tagCharge{Amount: 101}, false},
+		{"IntentModeOtherField", intentCharge{Order: "o", Note: "a"}, intentCharge{Order: "o", Note: "b"}, true},
+		{"IntentModeIntentField", intentCharge{Order: "o", Amount: 1}, intentCharge{Order: "o", Amount: 2}, false},
+		{"NestedStructOwnExclusion", intentCharge{Meta: tagMeta{SeenAt: at}}, intentCharge{Meta: tagMeta{SeenAt: later}}, true},
+		{"NestedStructOwnField", intentCharge{Meta: tagMeta{Source: "a"}}, intentCharge{Meta: tagMeta{Source: "b"}}, false},
+		{"PromotedIntentField", embedsPromotedIntent{IntentPart{Order: "a"}, 1}, embedsPromotedIntent{IntentPart{Order: "b"}, 1}, false},
+		{"PromotedNonIntentField", embedsPromotedIntent{IntentPart{Comment: "a"}, 1}, embedsPromotedIntent{IntentPart{Comment: "b"}, 1}, true},
+		{"OuterFieldOfPromotedIntent", embedsPromotedIntent{IntentPart{}, 1}, embedsPromotedIntent{IntentPart{}, 2}, true},
+		{"EmbeddedTaggedIntent", embedsTaggedIntent{Audit{By: "a"}, 1}, embedsTaggedIntent{Audit{By: "b"}, 1}, false},
+		{"EmbeddedTaggedIntentExcludedField", embedsTaggedIntent{Audit{At: at}, 1}, embedsTaggedIntent{Audit{At: later}, 1}, true},
+		{"OuterFieldOfEmbeddedIntent", embedsTaggedIntent{Audit{}, 1}, embedsTaggedIntent{Audit{}, 2}, true},
+		{"EmbeddedExcluded", embedsExcluded{Audit{By: "a"}, 1}, embedsExcluded{Audit{By: "b"}, 1}, true},
+		{"OuterFieldOfEmbeddedExcluded", embedsExcluded{Audit{}, 1}, embedsExcluded{Audit{}, 2}, false},
+		{"EmbeddedPointerExcludedField", embedsPointer{&Audit{By: "a", At: at}, 1}, embedsPointer{&Audit{By: "a", At: later}, 1}, true},
+		{"EmbeddedPointerField", embedsPointer{&Audit{By: "a"}, 1}, embedsPointer{&Audit{By: "b"}, 1}, false},
+		{"NamedEmbeddedOwnMode", embedsNamed{IntentPart{Comment: "a"}, 1}, embedsNamed{IntentPart{Comment: "b"}, 1}, true},
+		{"NamedEmbeddedOuterField", embedsNamed{IntentPart{}, 1}, embedsNamed{IntentPart{}, 2}, false},
+		{"UnexportedEmbeddedExcluded", embedsUnexported{unexportedInner{At: at}, 1}, embedsUnexported{unexportedInner{At: later}, 1}, true},
+		{"UnexportedEmbeddedNil", embedsUnexported{unexportedInner{}, 1}, embedsUnexported{unexportedInner{Items: []string{}}, 1}, true},
+		{"UnexportedEmbeddedField", embedsUnexported{unexportedInner{Items: []string{"a"}}, 1}, embedsUnexported{unexportedInner{Items: []string{"b"}}, 1}, false},
+		{"UnexportedEmbeddedPointer", embedsUnexportedPointer{&unexportedInner{At: at}, 1}, embedsUnexportedPointer{&unexportedInner{At: later, Items: []string{}}, 1}, true},
+		{"UnexportedEmbeddedPointerField", embedsUnexportedPointer{&unexportedInner{Items: []string{"a"}}, 1}, embedsUnexportedPointer{&unexportedInner{Items: []string{"b"}}, 1}, false},
+		{"PointerElement", tagContainers{Ptr: &tagCharge{TraceID: "a"}}, tagContainers{Ptr: &tagCharge{TraceID: "b"}}, true},
+		{"PointerElementField", tagContainers{Ptr: &tagCharge{Amount: 1}}, tagContainers{Ptr: &tagCharge{Amount: 2}}, false},
+		{"SliceElement", tagContainers{List: []tagCharge{{}, {TraceID: "a"}}}, tagContainers{List: []tagCharge{{}, {TraceID: "b"}}}, true},
+		{"SliceElementField", tagContainers{List: []tagCharge{{}, {Amount: 1}}}, tagContainers{List: []tagCharge{{}, {Amount: 2}}}, false},
+		{"MapValue", tagContainers{ByID: map[string]tagCharge{"x": {TraceID: "a"}, "y": {}}}, tagContainers{ByID: map[string]tagCharge{"x": {TraceID: "b"}, "y": {}}}, true},
+		{"MapValueField", tagContainers{ByID: map[string]tagCharge{"x": {Amount: 1}}}, tagContainers{ByID: map[string]tagCharge{"x": {Amount: 2}}}, false},
+		{"InterfaceValue", tagContainers{Any: tagCharge{TraceID: "a"}}, tagContainers{Any: tagCharge{TraceID: "b"}}, true},
+		{"ArrayElement", tagContainers{Arr: [1]tagCharge{{TraceID: "a"}}}, tagContainers{Arr: [1]tagCharge{{TraceID: "b"}}}, true},
+		{"TopLevelPointer", &tagCharge{TraceID: "a"}, &tagCharge{TraceID: "b"}, true},
+		{"TopLevelSlice", []any{tagCharge{TraceID: "a"}}, []any{tagCharge{TraceID: "b"}}, true},
+		{"NilAndEmpty", nilable{}, nilable{Items: []string{}, Meta: map[string]int{}, Raw: []byte{}, Ptr: &[]int{}}, false},
+		{"NilAndEmptyBehindPointer", nilable{Ptr: new([]int)}, nilable{Items: []string{}, Meta: map[string]int{}, Raw: []byte{}, Ptr: &[]int{}}, true},
+		{"NilAndEmptyBytes", nilable{Raw: nil}, nilable{Raw: []byte{}}, true},
+		{"NilAndEmptyTopLevel", []string(nil), []string{}, true},
+		{"NilAndEmptyInInterface", map[string]any{"x": []int(nil)}, map[string]any{"x": []int{}}, true},
+		{"NilAndEmptyMapInInterface", []any{map[string]int(nil)}, []any{map[string]int{}}, true},
+		{"KeepNilSlice", keepNil{Items: nil}, keepNil{Items: []string{}}, false},
+		{"KeepNilMap", keepNil{Meta: nil}, keepNil{Meta: map[string]int{}}, false},
+		{"KeepNilBehindPointer", keepNil{Ptr: new([]int)}, keepNil{Ptr: &[]int{}}, false},
+		{"KeepNilNotInElements", keepNil{Inner: []nilable{{}}}, keepNil{Inner: []nilable{{Items: []string{}}}}, true},
+		{"KeepNilWithIntent", keepNilIntent{Meta: nil}, keepNilIntent{Meta: map[string]int{}}, false},
+		{"IntentWithoutKeepNil", keepNilIntent{Other: nil}, keepNilIntent{Other: map[string]bool{}}, true},
+		{"NotIntentNextToKeepNil", keepNilIntent{Note: []string{"a"}}, keepNilIntent{Note: []string{"b"}}, true},
+		{"TimeInTaggedStruct", tagMeta{Source: "a", SeenAt: at}, tagMeta{Source: "a", SeenAt: later}, true},
+		{"TimeIncludedInTaggedStruct", tagCharge{RequestedAt: at, Currency: "eur"}, tagCharge{RequestedAt: at, Currency: "eur", TraceID: "t"}, true},
+		{"TimeChanges", struct{ At time.Time }{at}, struct{ At time.Time }{later}, false},
+		{"MarshalerDecides", []selfMarshal{{"a"}}, []selfMarshal{{"b"}}, false},
+		{"SelfEmbedding", selfEmbedding{selfEmbedding: &selfEmbedding{}, Items: []string{"a"}}, selfEmbedding{selfEmbedding: &selfEmbedding{}, Items: []string{"b"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := FingerprintOf(tc.a)
+			require.NoError(t, err)
+			b, err := FingerprintOf(tc.b)
+			require.NoError(t, err)
+			if tc.same {
+				require.True(t, a.Matches(b), "%s and %s", a, b)
+			} else {
+				require.False(t, a.Matches(b), "%s", a)
+			}
+		})
+	}
+}
+
+// TestFingerprintTagErrors checks that a tag the fingerprint cannot honour is refused with the
+// field named, even where the struct that has it is not in the value.
+func TestFingerprintTagErrors(t *testing.T) {
+	t.Parallel()
+	type misspelt struct {
+		Amount int `tempotent:"intnet"`
+	}
+	type dashWithOption struct {
+		Amount int `tempotent:"-,keepnil"`
+	}
+	type unexportedIntent struct {
+		Order  string
+		amount int `tempotent:"intent"`
+	}
+	type jsonSkippedIntent struct {
+		Amount int `json:"-" tempotent:"intent"`
+	}
+	type jsonSkippedExcluded struct {
+		Amount int `json:"-" tempotent:"-"`
+	}
+	for _, tc := range []struct {
+		name  string
+		v     any
+		wants []string // "" means no error
+	}{
+		{"UnknownOption", misspelt{}, []string{"misspelt.Amount", `"intnet"`}},
+		{"UnknownOptionBehindNilPointer", struct{ P *misspelt }{}, []string{"misspelt.Amount", `"intnet"`}},
+		{"UnknownOptionInMapValue", map[string][]misspelt{}, []string{"misspelt.Amount"}},
+		{"UnknownOptionInInterface", []any{misspelt{}}, []string{"misspelt.Amount"}},
+		{"DashWithOption", dashWithOption{}, []string{"dashWithOption.Amount", `"-"`}},
+		{"IntentOnUnexported", unexportedIntent{amount: 1}, []string{"unexportedIntent.amount", "does not encode"}},
+		{"IntentOnJSONSkipped", jsonSkippedIntent{}, []string{"jsonSkippedIntent.Amount", "does not encode"}},
+		{"ExcludedJSONSkipped", jsonSkippedExcluded{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := FingerprintOf(tc.v)
+			if tc.wants == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrNotCanonicalizable)
+			for _, want := range tc.wants {
+				require.ErrorContains(t, err, want)
+			}
+		})
+	}
+}
+
+// TestFingerprintVersions checks that FingerprintOf labels its result version 1 exactly when
+// version 2 changed nothing, so that workers of earlier releases keep matching, and that
+// FingerprintAt computes each version.
+func TestFingerprintVersions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		v       any
+		version int16
+	}{
+		{"Untagged", struct{ Amount int }{100}, 1},
+		{"UntaggedEmptySlice", struct{ Items []string }{[]string{}}, 1},
+		{"ExcludedFieldZero", tagCharge{Amount: 100}, 1},
+		{"ExcludedFieldSet", tagCharge{Amount: 100, TraceID: "t"}, 2},
+		{"NonIntentFieldSet", intentCharge{Order: "o", Note: "n"}, 2},
+		{"NilSlice", struct{ Items []string }{}, 2},
+		{"NilsKept", keepNil{Ptr: new([]int)}, 1},
+		{"NilInsideKeptSlice", keepNil{Inner: []nilable{{}}}, 2},
+		{"Nil", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fp, err := FingerprintOf(tc.v)
+			require.NoError(t, err)
+			require.Equal(t, tc.version, fp.Version)
+			at2, err := FingerprintAt(tc.v, 2)
+			require.NoError(t, err)
+			require.Equal(t, fp, at2, "FingerprintAt(v, 2) is FingerprintOf")
+
+			at1, err := FingerprintAt(tc.v, 1)
+			require.NoError(t, err)
+			require.Equal(t, int16(1), at1.Version)
+			raw, err := json.Marshal(tc.v)
+			require.NoError(t, err)
+			plain, err := FingerprintJSON(raw)
+			require.NoError(t, err)
+			require.Equal(t, plain, at1, "version 1 is the plain encoding/json form")
+			require.Equal(t, tc.version == 1, fp == at1)
+		})
+	}
+	_, err := FingerprintAt(1, 3)
+	require.ErrorContains(t, err, "version 3")
+	_, err = FingerprintAt(1, 0)
+	require.Error(t, err)
+}
+
+func TestFingerprintMatches(t *testing.T) {
+	t.Parallel()
+	sum := func(b byte) (s [32]byte) { s[0] = b; return s }
+	for _, tc := range []struct {
+		name  string
+		a, b  Fingerprint
+		match bool
+	}{
+		{"Equal", Fingerprint{1, sum(1)}, Fingerprint{1, sum(1)}, true},
+		{"Version1And2", Fingerprint{1, sum(1)}, Fingerprint{2, sum(1)}, true},
+		{"Version2And1", Fingerprint{2, sum(1)}, Fingerprint{1, sum(1)}, true},
+		{"OtherSum", Fingerprint{1, sum(1)}, Fingerprint{2, sum(2)}, false},
+		{"SameVersionOtherSum", Fingerprint{2, sum(1)}, Fingerprint{2, sum(2)}, false},
+		{"UnknownVersion", Fingerprint{3, sum(1)}, Fingerprint{1, sum(1)}, false},
+		{"NoVersion", Fingerprint{0, sum(1)}, Fingerprint{1, sum(1)}, false},
+		{"SameUnknownVersion", Fingerprint{3, sum(1)}, Fingerprint{3, sum(1)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.match, tc.a.Matches(tc.b))
+		})
+	}
+
+	// A request built with an empty slice has the version-1 form; the same request built with a
+	// nil slice needs version 2 to say so, and matches it.
+	empty, err := FingerprintOf(struct{ Items []string }{[]string{}})
+	require.NoError(t, err)
+	nilItems, err := FingerprintOf(struct{ Items []string }{})
+	require.NoError(t, err)
+	require.Equal(t, int16(1), empty.Version)
+	require.Equal(t, int16(2), nilItems.Version)
+	require.NotEqual(t, empty, nilItems)
+	require.True(t, nilItems.Matches(empty))
+	require.True(t, empty.Matches(nilItems))
+}
+
+// TestFingerprintDoesNotMutate checks that the copy version 2 fingerprints is a copy: the
+// caller's nil slices stay nil and its left-out fields keep their values, also where the value
+// shares memory with the copy (slices, maps, pointers).
+func TestFingerprintDoesNotMutate(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	v := &tagContainers{
+		Ptr:  &tagCharge{Amount: 1, TraceID: "p", RequestedAt: at},
+		List: []tagCharge{{TraceID: "l"}},
+		ByID: map[string]tagCharge{"x": {TraceID: "m"}},
+		Any:  &nilable{},
+	}
+	inner := &unexportedInner{At: at}
+	embedded := &embedsUnexportedPointer{unexportedInner: inner}
+	_, err := FingerprintOf(v)
+	require.NoError(t, err)
+	_, err = FingerprintOf(embedded)
+	require.NoError(t, err)
+
+	require.Equal(t, "p", v.Ptr.TraceID)
+	require.Equal(t, at, v.Ptr.RequestedAt)
+	require.Equal(t, "l", v.List[0].TraceID)
+	require.Equal(t, "m", v.ByID["x"].TraceID)
+	n := v.Any.(*nilable)
+	require.Nil(t, n.Items)
+	require.Nil(t, n.Meta)
+	require.Nil(t, n.Raw)
+	require.Same(t, inner, embedded.unexportedInner)
+	require.Equal(t, at, inner.At)
+	require.Nil(t, inner.Items)
+}
+
+// TestFingerprintCycles checks that a value that contains itself is an error rather than a hang,
+// and that a deep value that does not is fingerprinted as encoding/json encodes it.
+func TestFingerprintCycles(t *testing.T) {
+	t.Parallel()
+	loop := &cyclic{}
+	loop.Next = loop
+	_, err := FingerprintOf(loop)
+	require.ErrorIs(t, err, ErrNotCanonicalizable)
+	require.ErrorContains(t, err, "contains itself")
+
+	m := map[string]any{}
+	m["self"] = m
+	_, err = FingerprintOf(m)
+	require.ErrorIs(t, err, ErrNotCanonicalizable)
+
+	s := []any{nil}
+	s[0] = s
+	_, err = FingerprintOf(s)
+	require.ErrorIs(t, err, ErrNotCanonicalizable)
+
+	var deep *cyclic
+	for range cycleCheckDepth + 100 {
+		deep = &cyclic{Next: deep}
+	}
+	fp, err := FingerprintOf(deep)
+	require.NoError(t, err)
+	require.Equal(t, int16(2), fp.Version, "nil Tags became empty")
 }

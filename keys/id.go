@@ -21,6 +21,7 @@ import (
 //	activity:<activity ID>/<activity run ID>       a standalone activity (no workflow)
 //	explicit:<id>                                  explicit business key (WithID, Given, Explicit)
 //	comp:<forward operation>/<forward token>       Key.Compensation, WithCompensation
+//	item:<batch token>/<item ID>                   Key.Item, one item of a batch
 //
 // Why no two identities share an ID:
 //
@@ -52,6 +53,7 @@ const (
 	tagActivity     = "activity"
 	tagExplicit     = "explicit"
 	tagCompensation = "comp"
+	tagItem         = "item"
 )
 
 var partEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "#", "%23")
@@ -115,6 +117,10 @@ func explicitScopeID(id string) string { return tagExplicit + ":" + id }
 
 func compensationID(forwardOperation string, forward Token) string {
 	return shorten(tagCompensation, joinParts(tagCompensation, forwardOperation, string(forward)))
+}
+
+func itemID(batch Token, id string) string {
+	return shorten(tagItem, joinParts(tagItem, string(batch), id))
 }
 
 // shorten keeps a derived ID within MaxIDLen by replacing an over-long one with its hash, tagged

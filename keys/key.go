@@ -91,3 +91,20 @@ func (k Key) Compensation(name string) (Key, error) {
 		ID:        compensationID(k.Operation, k.Token()),
 	}, nil
 }
+
+// Item derives the key of one item of a batch that the intent k runs (one payee of a payout, one
+// recipient of a mailing), from k and the item's own ID, which must be stable across attempts
+// (a payee's ID, not a position in a list that can change). Every attempt of k derives the
+// same item keys, so each item has its own receipt and downstream token; two items of k differ
+// when their IDs do, and no item key equals a key of another scope. Its operation is k's and
+// its ID is "item:" with k's token and the item's ID (escaped), "item:<token>/<id>", hashed as
+// other derived IDs are when it would be longer than MaxIDLen.
+func (k Key) Item(id string) (Key, error) {
+	if err := k.Validate(); err != nil {
+		return Key{}, err
+	}
+	if err := validatePart("item id", id, MaxIDLen); err != nil {
+		return Key{}, err
+	}
+	return Key{Namespace: k.Namespace, Tenant: k.Tenant, Operation: k.Operation, ID: itemID(k.Token(), id)}, nil
+}

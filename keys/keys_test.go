@@ -97,3 +97,40 @@ func TestCompensation(t *testing.T) {
 	_, err = keys.Key{}.Compensation("Refund")
 	require.ErrorIs(t, err, keys.ErrInvalidKey)
 }
+
+func TestItem(t *testing.T) {
+	t.Parallel()
+	batch := keys.Key{Namespace: "default", Tenant: "acme", Operation: "PayOut", ID: "wf:payout-7/0/payout#1"}
+	a, err := batch.Item("seller-1")
+	require.NoError(t, err)
+	again, err := batch.Item("seller-1")
+	require.NoError(t, err)
+	require.Equal(t, a, again, "an item key must be the same on every attempt")
+	require.Equal(t, "item:"+string(batch.Token())+"/seller-1", a.ID)
+	require.Equal(t, batch.Operation, a.Operation)
+	require.Equal(t, batch.Tenant, a.Tenant)
+
+	b, err := batch.Item("seller-2")
+	require.NoError(t, err)
+	require.NotEqual(t, a.Token(), b.Token())
+	other := batch
+	other.ID = "wf:payout-8/0/payout#1"
+	c, err := other.Item("seller-1")
+	require.NoError(t, err)
+	require.NotEqual(t, a.Token(), c.Token(), "two batches share an item key")
+
+	slash, err := batch.Item("a/b")
+	require.NoError(t, err)
+	require.Equal(t, "item:"+string(batch.Token())+"/a%2Fb", slash.ID, "an item ID's '/' must not read as a separator")
+	long, err := batch.Item(strings.Repeat("x", keys.MaxIDLen))
+	require.NoError(t, err)
+	require.NoError(t, long.Validate())
+	require.True(t, strings.HasPrefix(long.ID, "item:sha256:"), long.ID)
+
+	for _, bad := range []string{"", "nul\x00", strings.Repeat("x", keys.MaxIDLen+1)} {
+		_, err := batch.Item(bad)
+		require.ErrorIs(t, err, keys.ErrInvalidKey, "%q", bad)
+	}
+	_, err = keys.Key{}.Item("seller-1")
+	require.ErrorIs(t, err, keys.ErrInvalidKey)
+}
