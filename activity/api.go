@@ -1,8 +1,10 @@
 package activity
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +27,12 @@ type Options struct {
 	DownstreamSettleTime time.Duration
 	// Reconcile: see Call.Reconcile.
 	Reconcile ReconcileFunc
+	// Batch declares an activity that makes its effects only through ForEach, each item under
+	// its own receipt: calling it again is safe whenever, so a takeover of its own receipt after
+	// a crash runs it again (its settled items replay) instead of failing with an unknown
+	// outcome. The downstream fields above do not apply to it: give the items' downstream in
+	// ForEach's Items.Options.
+	Batch bool
 }
 
 func (o Options) validate() error {
@@ -121,19 +129,32 @@ func (s *Store) callFor(ctx context.Context, opts Options, in any) (Call, error)
 	if err != nil {
 		return Call{}, err
 	}
-	fp, err := keys.FingerprintOf([]any{in})
+	// The input is fingerprinted as the activity's argument list, as it was before Request
+	// existed, so receipts recorded then keep matching.
+	req := []any{in}
+	fp, err := keys.FingerprintOf(req)
 	if err != nil {
 		return Call{}, err
 	}
 	return Call{
 		Key:                    k,
+		Request:                req,
 		Fingerprint:            fp,
 		ScheduledAt:            sdkactivity.GetInfo(ctx).ScheduledTime,
-		DownstreamDeduplicates: opts.DownstreamDeduplicates,
-		DownstreamKeyMemory:    opts.DownstreamKeyMemory,
+		DownstreamDeduplicates: opts.DownstreamDeduplicates || opts.Batch,
+		DownstreamKeyMemory:    cmp.Or(batchKeyMemory(opts.Batch), opts.DownstreamKeyMemory),
 		DownstreamSettleTime:   opts.DownstreamSettleTime,
 		Reconcile:              opts.Reconcile,
 	}, nil
+}
+
+// batchKeyMemory is how long a Batch activity's "downstream" — its items' receipts — remembers
+// its calls: forever, as far as a takeover is concerned (the horizon guard ends it).
+func batchKeyMemory(batch bool) time.Duration {
+	if batch {
+		return math.MaxInt64
+	}
+	return 0
 }
 
 func decode[T any](s *Store, p *commonpb.Payload, err error) (T, error) {

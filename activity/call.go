@@ -13,8 +13,14 @@ import (
 type Call struct {
 	// Key names the intent. Required; validated before anything is written.
 	Key keys.Key
-	// Fingerprint identifies the request. A receipt with the same Key and another Fingerprint is
-	// a payload mismatch.
+	// Request is the request the intent makes (the activity's input): its fingerprint
+	// (keys.FingerprintOf, which honours the tempotent struct tags) is what a receipt under the
+	// same Key must have been recorded for, or the call is a payload mismatch. Give Request, or
+	// Fingerprint, or both; with Request, a receipt recorded under an older fingerprint version
+	// is compared under that version instead of being refused.
+	Request any
+	// Fingerprint identifies the request; zero means keys.FingerprintOf(Request). A receipt with
+	// the same Key and another Fingerprint is a payload mismatch.
 	Fingerprint keys.Fingerprint
 	// Lease is how long this attempt holds the key before another may take over. Zero means
 	// until ctx's deadline, or LeaseDefault when ctx has none.

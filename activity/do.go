@@ -19,7 +19,7 @@ type payloadFunc func(ctx context.Context) (*commonpb.Payload, error)
 
 // do runs the external-effect state machine of the module's DESIGN.md for one call.
 func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Payload, err error) {
-	if err := s.check(c); err != nil {
+	if err := s.check(&c); err != nil {
 		return nil, err
 	}
 	// The reserve span ends where the attempt goes on to run or replay, or fails.
@@ -204,6 +204,9 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: time.Now(), cancel: cancel}
+	if items := itemLeasesFrom(ctx); items != nil {
+		defer items.hold(lease)() // an item of a ForEach batch: heartbeats extend its lease too
+	}
 	ctx = withRunning(withLease(keys.WithToken(ctx, token), lease), s, a.call)
 
 	if reason := a.unsafeToSend(); reason != "" {

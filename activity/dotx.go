@@ -24,7 +24,7 @@ type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
 // fails, which turns its COMMIT into a rollback of its business writes, and it replays the first
 // one's receipt.
 func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload, error) {
-	if err := s.check(c); err != nil {
+	if err := s.check(&c); err != nil {
 		return nil, err
 	}
 	c.origin = originOf(ctx)
@@ -184,7 +184,7 @@ func (s *Store) finalArgs(c Call, o outcome) []any {
 // found at the INSERT, undoes only what it wrote. It sends no settings: set_config(…, true)
 // would outlive the savepoint and change the caller's transaction.
 func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*commonpb.Payload, error) {
-	if err := s.check(c); err != nil {
+	if err := s.check(&c); err != nil {
 		return nil, err
 	}
 	c.origin = originOf(ctx)

@@ -30,6 +30,8 @@ const (
 	ErrTypeForwardUnsettled = errtype.ForwardUnsettled // retryable, with a next-retry delay
 	// ErrTypeMisconfigured: a registered activity ran on a worker without NewInterceptor.
 	ErrTypeMisconfigured = errtype.Misconfigured // non-retryable
+	// ErrTypeBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
+	ErrTypeBatchUnfinished = errtype.BatchUnfinished // retryable
 )
 
 // Sentinel errors, matched with errors.Is by the typed errors below.
@@ -44,7 +46,9 @@ var (
 	ErrReconcileFailed  = errors.New("reconcile failed")
 	ErrForwardUnsettled = errors.New("forward step not settled")
 	// ErrMisconfigured: a registered activity ran on a worker without NewInterceptor.
-	ErrMisconfigured = errors.New("this worker runs a registered activity without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors")
+	// ErrBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
+	ErrBatchUnfinished = errors.New("batch unfinished")
+	ErrMisconfigured   = errors.New("this worker runs a registered activity without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors")
 )
 
 // MismatchError reports that a key was used again with a different request. Nothing was called.
@@ -224,12 +228,23 @@ func toTemporal(err error) error {
 	}
 	var (
 		appErr     *temporal.ApplicationError
+		unfinished *BatchUnfinishedError
 		reconcile  *ReconcileError
 		unsettled  *ForwardUnsettledError
 		inProgress *InProgressError
 		msg        = err.Error()
 	)
 	switch {
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeBatchUnfinished:
+		return err
+	case errors.As(err, &unfinished):
+		// Before the pass-through below: it wraps its first item's application error, and the
+		// batch's retry must wait as long as that item asks.
+		var itemErr *temporal.ApplicationError
+		errors.As(unfinished.Err, &itemErr)
+		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeBatchUnfinished, temporal.ApplicationErrorOptions{
+			NextRetryDelay: nextRetryDelay(itemErr), Cause: err,
+		})
 	case errors.As(err, &reconcile):
 		// Before the pass-through below: the reconcile function's own error may be a
 		// non-retryable application error, and it must not end the intent.
@@ -262,6 +277,13 @@ func toTemporal(err error) error {
 		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeStore, temporal.ApplicationErrorOptions{Cause: err})
 	}
 	return err
+}
+
+func nextRetryDelay(err *temporal.ApplicationError) time.Duration {
+	if err == nil {
+		return 0
+	}
+	return err.NextRetryDelay()
 }
 
 // ref names a key in messages by its operation and token: keys carry workflow IDs and explicit

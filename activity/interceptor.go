@@ -60,7 +60,9 @@ type heartbeatOutbound struct {
 
 func (h *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
 	h.Next.RecordHeartbeat(ctx, details...)
-	if l := leaseFrom(ctx); l != nil {
+	if b := itemLeasesFrom(ctx); b != nil {
+		b.heartbeat(ctx) // in a ForEach batch: the activity's lease and every running item's
+	} else if l := leaseFrom(ctx); l != nil {
 		l.heartbeat(ctx)
 	}
 }

@@ -223,13 +223,21 @@ func (s *Store) readOn(ctx context.Context, db batcher, k keys.Key) (receipt, er
 	return scanReceipt(s.queryRow(ctx, db, s.sql.settings, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
 }
 
-// check validates a call before anything is written or called.
-func (s *Store) check(c Call) error {
+// check validates a call before anything is written or called, and fingerprints its Request
+// when it has no Fingerprint.
+func (s *Store) check(c *Call) error {
 	if err := c.Key.Validate(); err != nil {
 		return err
 	}
+	if c.Fingerprint.Version == 0 && c.Request != nil {
+		fp, err := keys.FingerprintOf(c.Request)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ref(c.Key), err)
+		}
+		c.Fingerprint = fp
+	}
 	if c.Fingerprint.Version == 0 {
-		return fmt.Errorf("%s: %w: the call has no fingerprint; set Call.Fingerprint with keys.FingerprintOf", ref(c.Key), keys.ErrNotCanonicalizable)
+		return fmt.Errorf("%s: %w: the call has no fingerprint; set Call.Request (or Call.Fingerprint with keys.FingerprintOf)", ref(c.Key), keys.ErrNotCanonicalizable)
 	}
 	// ScheduledAt is stamped by the Temporal server and compared with this worker's clock: skew
 	// of seconds against a retention of days does not matter.
@@ -239,9 +247,18 @@ func (s *Store) check(c Call) error {
 	return nil
 }
 
+// checkFingerprint refuses a receipt recorded for another request. A receipt recorded under an
+// older fingerprint version is compared under that version when the call still has its request
+// (Register, RegisterTx, ForEach and a Call with Request do), so that an upgrade does not turn
+// the retries of intents in flight into mismatches.
 func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
-	if r.fingerprint == c.Fingerprint {
+	if c.Fingerprint.Matches(r.fingerprint) {
 		return nil
+	}
+	if c.Request != nil && r.fingerprint.Version != c.Fingerprint.Version {
+		if fp, err := keys.FingerprintAt(c.Request, r.fingerprint.Version); err == nil && fp.Matches(r.fingerprint) {
+			return nil
+		}
 	}
 	obs.count(MetricMismatched)
 	return &MismatchError{Key: c.Key, Stored: r.fingerprint, Actual: c.Fingerprint}

@@ -13,11 +13,11 @@ import "fmt"
 // that number must not write to, release or extend the new row. The fence stays as a count of
 // takeovers.
 type statements struct {
-	settings, settingsAsync, txSettings                                  string
-	reserve, read, takeOver, complete, completeSkipLocked, completeBatch string
-	release, extend, insertFinal                                         string
-	purge, countUnresolved, countSince                                   string
-	resolveApplied, resolveNotApplied                                    string
+	settings, settingsAsync, txSettings                                             string
+	reserve, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
+	release, extend, insertFinal                                                    string
+	purge, countUnresolved, countSince                                              string
+	resolveApplied, resolveNotApplied                                               string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -52,6 +52,11 @@ func newStatements(table string) statements {
 		reserve: reserve(table),
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
+			table, receiptColumns),
+		// readItems reads the finished receipts among a batch's items ($4, their IDs) on the
+		// unique index: ForEach's one round trip for a whole batch.
+		readItems: fmt.Sprintf(`SELECT id, false, %[2]s FROM %[1]s
+	WHERE (namespace, tenant, operation) = ($1, $2, $3) AND id = ANY($4::text[]) AND state IN ('completed', 'failed')`,
 			table, receiptColumns),
 
 		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,

@@ -18,6 +18,7 @@ const (
 	ReconcileFailed  = "tempotent.ReconcileFailed"     // retryable
 	ForwardUnsettled = "tempotent.ForwardUnsettled"    // retryable, with a next-retry delay
 	Misconfigured    = "tempotent.Misconfigured"       // non-retryable
+	BatchUnfinished  = "tempotent.BatchUnfinished"     // retryable
 )
 
 // Downstream calls (the downstream package).
