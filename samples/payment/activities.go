@@ -124,7 +124,8 @@ const SettleTime = 15 * time.Second
 
 // Register registers the sample's workflows and activities on w, each activity once, with what
 // its downstream guarantees: the provider and the carrier deduplicate on the token; the gateway
-// does not, so LegacyCharge reconciles instead. The inventory and order activities write to
+// does not, so LegacyCharge reconciles instead. PayOut is a batch: each seller has its own
+// receipt (activity.ForEach), so a retry of the batch is safe. The inventory and order activities write to
 // Postgres in their receipt's transaction (activity.RegisterTx).
 func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 	if a.Outbox == nil {
@@ -132,6 +133,7 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 	}
 	w.RegisterWorkflowWithOptions(PaymentSaga, workflow.RegisterOptions{Name: "PaymentSaga"})
 	w.RegisterWorkflowWithOptions(QuickCharge, workflow.RegisterOptions{Name: "QuickCharge"})
+	w.RegisterWorkflowWithOptions(PayoutWorkflow, workflow.RegisterOptions{Name: "PayoutWorkflow"})
 	dedup := activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
 	return errors.Join(
 		activity.Register(w, store, "Charge", a.Charge, dedup),
@@ -139,6 +141,7 @@ func Register(w worker.Worker, a *Activities, store *activity.Store) error {
 		activity.Register(w, store, "Refund", a.Refund, dedup),
 		activity.Register(w, store, "CreateShipment", a.CreateShipment, dedup),
 		activity.Register(w, store, "CancelShipment", a.CancelShipment, dedup),
+		activity.Register(w, store, "PayOut", a.PayOut(store), activity.Options{Batch: true}),
 		activity.RegisterTx(w, store, "ReserveInventory", a.reserve, activity.Options{}),
 		activity.RegisterTx(w, store, "ReleaseInventory", a.release, activity.Options{DownstreamSettleTime: SettleTime}),
 		activity.RegisterTx(w, store, "ConfirmOrder", confirm, activity.Options{}),

@@ -5,6 +5,8 @@
 // saga refund, release and cancel, each exactly once, whatever the retries, timeouts and worker
 // crashes on the way. An order can instead be charged at a gateway that does not deduplicate
 // (Order.Gateway, LegacyCharge): there the receipt reconciles, asking the gateway what an
-// attempt that died did, rather than charging again. The demo package runs it end to end
-// (make demo).
+// attempt that died did, rather than charging again. A PayoutWorkflow pays many sellers in one
+// batch activity (PayOut, activity.ForEach): each seller under a receipt of its own, so a
+// retry after a crash pays the sellers left and nobody twice; Seller.Note is left out of the
+// fingerprint with a struct tag. The demo package runs it all end to end (make demo).
 package payment

@@ -19,12 +19,7 @@ import (
 // downstream.ReconcileCharge) and the carrier's booking.
 func TestActivitiesAreRetrySafe(t *testing.T) {
 	t.Parallel()
-	srv, err := fakepay.New(nil)
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	a := payment.NewActivities(nil, hs.URL, hs.URL, "")
+	srv, a := activitiesOnFakepay(t)
 	charges := func() int { return len(srv.Ledger().Charges) }
 	order := payment.Order{ID: "order-1", Amount: 4200, Currency: "eur", Card: "tok_visa", SKU: "book", Units: 1, Address: "Main St 1"}
 	other := order
@@ -42,4 +37,46 @@ func TestActivitiesAreRetrySafe(t *testing.T) {
 			activitytest.RequireRetrySafe(t, c)
 		})
 	}
+}
+
+// The payout batch, registered with Options{Batch: true}: every path replays or takes over its
+// own receipt and then ForEach's items, and no seller is paid twice.
+func TestPayOutIsRetrySafe(t *testing.T) {
+	t.Parallel()
+	srv, a := activitiesOnFakepay(t)
+	store := activitytest.NewStore(t, nil)
+	p := payment.Payout{ID: "payout-1"}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		p.Sellers = append(p.Sellers, payment.Seller{ID: id, Account: "tok_visa", Amount: 500, Currency: "eur"})
+	}
+	other := p
+	other.Sellers = append([]payment.Seller(nil), p.Sellers...)
+	other.Sellers[1].Amount = 900
+	activitytest.RequireRetrySafe(t, activitytest.Check[payment.Payout, payment.PayoutResult]{
+		Activity: a.PayOut(store), Options: activity.Options{Batch: true}, Store: store,
+		Input: p, Other: other,
+		// One effect per payout run: every path pays each seller once more, so the most any
+		// seller was paid grows by one, and by two if a path paid a seller twice.
+		Effects: func() int {
+			perSeller := map[string]int{}
+			most := 0
+			for _, c := range srv.Ledger().Charges {
+				perSeller[c.Description]++
+				most = max(most, perSeller[c.Description])
+			}
+			return most
+		},
+	})
+}
+
+// activitiesOnFakepay returns the sample's activities against one fakepay of the test's own, as
+// provider, carrier and gateway.
+func activitiesOnFakepay(t *testing.T) (*fakepay.Server, *payment.Activities) {
+	t.Helper()
+	srv, err := fakepay.New(nil)
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, payment.NewActivities(nil, hs.URL, hs.URL, "")
 }

@@ -51,6 +51,9 @@ var MixDefault = Mix{Declines: 0.1, ProviderErrors: 0.15, LostResponses: 0.1, Ca
 // Options configures a run. Zero values take defaults.
 type Options struct {
 	Orders int // default 50
+	// Payees is how many sellers the run's payout batch pays in one activity (default 300),
+	// while the orders run and the worker is killed.
+	Payees int
 	Mix    Mix
 	Seed   uint64
 	// Setup is the configuration of Temporal and Postgres; zero starts them locally.
@@ -76,6 +79,9 @@ type Summary struct {
 	CompensatedBecause                         map[string]int // error type of the failed step
 	P50, P95                                   time.Duration
 	TemporalUI                                 string
+	// Payees is how many sellers the payout batch paid; PayeesPaidTwice counts sellers with
+	// more than one transfer, PayeesUnpaid sellers with none. Both must be 0.
+	Payees, PayeesPaidTwice, PayeesUnpaid int
 	// UnresolvedReceipts counts this run's receipts whose outcome waits for a person.
 	UnresolvedReceipts int
 	// Operate is the tempotent command line for this run's database and schema, which the
@@ -102,12 +108,14 @@ type Messages struct {
 // OK reports whether the invariants hold.
 func (s Summary) OK() bool {
 	return s.DuplicateCharges == 0 && s.MissedRefunds == 0 && s.StuckReceipts == 0 && s.Unresolved == 0 &&
+		s.PayeesPaidTwice == 0 && s.PayeesUnpaid == 0 &&
 		s.Messages.ProcessedTwice == 0 && s.Messages.Lost == 0
 }
 
 // Run runs the demo and returns its summary.
 func Run(ctx context.Context, o Options) (Summary, error) {
 	o.Orders = cmp.Or(o.Orders, 50)
+	o.Payees = cmp.Or(o.Payees, 300)
 	o.Dir = cmp.Or(o.Dir, filepath.Join(".tmp", "demo"))
 	o.Timeout = cmp.Or(o.Timeout, 10*time.Minute)
 	if o.Out == nil {
@@ -190,7 +198,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	defer w.stop()
 
 	orders := makeOrders(runID, o.Orders, o.Mix, o.Seed)
+	payout := makePayout(runID, o.Payees)
+	payoutRun, err := env.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: payout.ID, TaskQueue: cfg.TaskQueue}, "PayoutWorkflow", payout)
+	if err != nil {
+		return Summary{}, fmt.Errorf("start the payout: %w", err)
+	}
 	results, latencies, restarts := runOrders(ctx, env.Client, cfg.TaskQueue, orders, o.Mix.WorkerRestarts, w, o.Out)
+	if err := payoutRun.Get(ctx, nil); err != nil {
+		fmt.Fprintf(o.Out, "the payout did not finish: %v\n", err)
+	}
 
 	sum := Summary{Orders: len(orders), WorkerRestarts: restarts, TemporalUI: env.TemporalUI, CompensatedBecause: map[string]int{}}
 	compensated := map[string]bool{}
@@ -207,6 +223,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 	}
 	if err := sum.countLedgers(ctx, payments.URL, carrier.URL, compensated, ordersByID(orders)); err != nil {
+		return sum, err
+	}
+	if err := sum.countPayout(ctx, payments.URL, payout); err != nil {
 		return sum, err
 	}
 	if err := sum.countMessages(ctx, env, payments.URL, orders, results, started); err != nil {
@@ -266,6 +285,40 @@ func (s *Summary) countLedgers(ctx context.Context, paymentsURL, carrierURL stri
 	return nil
 }
 
+// makePayout is the run's payout batch: n sellers, each paid a different amount.
+func makePayout(runID string, n int) payment.Payout {
+	p := payment.Payout{ID: "payout-" + runID, Sellers: make([]payment.Seller, n)}
+	for i := range p.Sellers {
+		p.Sellers[i] = payment.Seller{ID: fmt.Sprintf("seller-%04d", i), Account: "tok_visa", Amount: int64(1000 + i), Currency: "eur",
+			Note: "balance of " + runID}
+	}
+	return p
+}
+
+// countPayout counts the payout's transfers at the provider per seller.
+func (s *Summary) countPayout(ctx context.Context, paymentsURL string, p payment.Payout) error {
+	ledger, err := fakepay.NewClient(paymentsURL).Ledger(ctx)
+	if err != nil {
+		return fmt.Errorf("read the payment provider's ledger: %w", err)
+	}
+	perSeller := map[string]int{}
+	for _, c := range ledger.Charges {
+		if c.Status != "failed" {
+			perSeller[c.Description]++
+		}
+	}
+	s.Payees = len(p.Sellers)
+	for _, seller := range p.Sellers {
+		switch n := perSeller[payment.PayoutDescription(p.ID, seller.ID)]; {
+		case n == 0:
+			s.PayeesUnpaid++
+		case n > 1:
+			s.PayeesPaidTwice++
+		}
+	}
+	return nil
+}
+
 func (s Summary) print(out io.Writer) {
 	mark := func(n int) string {
 		if n == 0 {
@@ -284,6 +337,9 @@ func (s Summary) print(out io.Writer) {
 		{"worker restarts (SIGKILL)", fmt.Sprint(s.WorkerRestarts)},
 		{"DUPLICATE CHARGES", mark(s.DuplicateCharges)},
 		{"MISSED REFUNDS", mark(s.MissedRefunds)},
+		{"payout batch: payees", fmt.Sprint(s.Payees)},
+		{"PAYEES PAID TWICE", mark(s.PayeesPaidTwice)},
+		{"PAYEES UNPAID", mark(s.PayeesUnpaid)},
 		{"STUCK RECEIPTS", mark(s.StuckReceipts)},
 		{"webhook events / deliveries", fmt.Sprintf("%d / %d", s.Messages.WebhookEvents, s.Messages.WebhookDeliveries)},
 		{"webhooks stored / to workflows", fmt.Sprintf("%d / %d", s.Messages.WebhooksStored, s.Messages.EventsToWorkflows)},

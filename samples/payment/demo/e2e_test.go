@@ -27,6 +27,7 @@ func TestEndToEnd(t *testing.T) {
 	var out strings.Builder
 	sum, err := demo.Run(context.Background(), demo.Options{
 		Orders: 10,
+		Payees: 100,
 		Mix: demo.Mix{Declines: 0.1, ProviderErrors: 0.2, LostResponses: 0.1, CarrierRefusals: 0.1, AsyncCharges: 0.1, WorkerRestarts: 1,
 			WebhookFaults: "webhook_duplicate=1,webhook_fail=1"},
 		Seed:  7,
@@ -40,6 +41,9 @@ func TestEndToEnd(t *testing.T) {
 	require.Zero(t, sum.MissedRefunds, "missed refunds")
 	require.Zero(t, sum.StuckReceipts, "stuck receipts")
 	require.Zero(t, sum.Unresolved, "unresolved sagas")
+	require.Equal(t, 100, sum.Payees)
+	require.Zero(t, sum.PayeesPaidTwice, "payees paid twice")
+	require.Zero(t, sum.PayeesUnpaid, "payees unpaid")
 	require.Contains(t, out.String(), "go run ./cmd/tempotent", "the summary does not name the operator's command")
 	require.Equal(t, 1, sum.WorkerRestarts)
 	// One decline and one refused address: two compensations, one refund (the refused order's
