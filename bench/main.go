@@ -30,7 +30,7 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per figure; each figure is the median of its rounds")
 	blockTime := flag.Duration("block", 100*time.Millisecond, "length of one measured block")
 	e2eBlock := flag.Duration("e2e-block", 400*time.Millisecond, "length of one block of workflows")
-	only := flag.String("rows", "1,2,3,4,5,6,7,8,9", "the table's rows to measure (1–3 go together)")
+	only := flag.String("rows", "1,2,3,4,5,6,7,8,9,10", "the table's rows to measure (1–3 go together)")
 	outboxN := flag.Int("outbox-messages", 3000, "messages put before each timed drain of row 8")
 	outboxRounds := flag.Int("outbox-rounds", 5, "rounds of row 8's drains; each drain figure is the median of its rounds")
 	outboxBatch := flag.Int("outbox-batch", 100, "messages one claim takes in row 8's drains, the dispatcher's and the bare loop's")
@@ -78,6 +78,10 @@ func main() {
 		if want("8") {
 			progress("  outbox delivery and Put")
 			outboxRows(ctx, t, col, *rounds, *outboxRounds, *outboxN, *outboxBatch, db)
+		}
+		if want("10") {
+			progress("  per-item receipts")
+			itemRows(ctx, t, col, *rounds, db)
 		}
 		if want("9") {
 			progress("  webhook intake")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -84,7 +85,7 @@ func met(target string, v float64, decimals int) string {
 }
 
 func (t *table) print(w io.Writer, rounds int, took time.Duration) {
-	slices.SortStableFunc(t.rows, func(a, b *row) int { return strings.Compare(a.section, b.section) })
+	slices.SortStableFunc(t.rows, func(a, b *row) int { return cmp.Compare(sectionNumber(a.section), sectionNumber(b.section)) })
 	fmt.Fprintf(w, "\n| # | figure | sync commit on | sync commit off | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range t.rows {
 		cells := r.cells
@@ -101,4 +102,13 @@ func (t *table) print(w io.Writer, rounds int, took time.Duration) {
 	}
 	fmt.Fprintf(w, "\nWAL syncs are judged at one decimal: pg_stat_wal also counts the WAL writer's background flushes.\n")
 	fmt.Fprintf(w, "Each timed figure is the median over %d rounds of per-round ratios, blocks interleaved; took %v.\n", rounds, took.Round(time.Second))
+}
+
+// sectionNumber orders the sections as numbers: 10 after 9.
+func sectionNumber(section string) int {
+	n, err := strconv.Atoi(section)
+	if err != nil {
+		return math.MaxInt
+	}
+	return n
 }
