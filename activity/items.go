@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
@@ -75,7 +76,9 @@ type Progress struct {
 // ForEach runs inside an activity that has a key: a plain activity on a worker with the
 // interceptor (NewInterceptor), or one registered with Register or RegisterTx and Options.Batch
 // (without Batch, a retry after a crash would find the batch's own receipt holding an unknown
-// outcome). In an activity it heartbeats after each item with Progress as details; a heartbeat,
+// outcome). A registered batch's own receipt fingerprints its whole input, so another input
+// under the same key is refused as a payload mismatch before any item runs: an item added to a
+// finished payout is not silently left unpaid by a replay. In an activity it heartbeats after each item with Progress as details; a heartbeat,
 // its own or fn's, extends the lease of the activity's receipt and of every item running.
 func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In], fn func(context.Context, In) (Out, error)) ([]ItemResult[Out], error) {
 	batch, err := s.batchCall(ctx)
@@ -187,7 +190,10 @@ func runItem[In, Out any](ctx context.Context, s *Store, c Call, r *receipt, ite
 	return out, !called && err == nil, err
 }
 
-// parallel calls each for every index, at most n at once, and returns when all returned.
+// parallel calls each for every index, at most n at once, and returns when all returned. A
+// panic in each is raised again in the caller once the others are done, where the SDK turns it
+// into the activity's error, as it does for a panic in the activity itself; left in a goroutine
+// of its own, it would end the worker process.
 func parallel(indexes []int, n int, each func(int)) {
 	if n == 1 {
 		for _, i := range indexes {
@@ -195,12 +201,24 @@ func parallel(indexes []int, n int, each func(int)) {
 		}
 		return
 	}
-	next := make(chan int)
-	var wg sync.WaitGroup
+	var (
+		next     = make(chan int)
+		wg       sync.WaitGroup
+		panicked atomic.Pointer[any]
+	)
 	for range min(n, len(indexes)) {
 		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.CompareAndSwap(nil, &r)
+					for range next { // let the sender finish
+					}
+				}
+			}()
 			for i := range next {
-				each(i)
+				if panicked.Load() == nil {
+					each(i)
+				}
 			}
 		})
 	}
@@ -209,6 +227,9 @@ func parallel(indexes []int, n int, each func(int)) {
 	}
 	close(next)
 	wg.Wait()
+	if r := panicked.Load(); r != nil {
+		panic(*r)
+	}
 }
 
 // batchCall is the call ForEach's items derive from: the receipt the activity runs under, or

@@ -388,3 +388,25 @@ func requireErrType(t *testing.T, err error, errType string) {
 	require.Equal(t, errType, appErr.Type(), "%v", err)
 	require.False(t, appErr.NonRetryable(), "%v", err)
 }
+
+// A panic in an item running beside others is the activity's panic, as the SDK reports it, not
+// the end of the worker process.
+func TestForEachPanicInAnItemFailsTheActivity(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	env := newActivityEnv("payout", "panics")
+	env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) error {
+		_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Concurrency: 4},
+			func(_ context.Context, p Payee) (int, error) {
+				if p.ID == "seller-005" {
+					panic("bug in the payee code")
+				}
+				return 1, nil
+			})
+		return err
+	}, sdkactivity.RegisterOptions{Name: "Panics"})
+	_, err := env.ExecuteActivity("Panics", payeesN(20))
+	var panicErr *temporal.PanicError
+	require.ErrorAs(t, err, &panicErr)
+	require.Contains(t, panicErr.Error(), "bug in the payee code")
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -42,6 +43,9 @@ type PayoutResult struct {
 	PayoutID  string            `json:"payout_id"`
 	Transfers map[string]string `json:"transfers"`
 	Refused   map[string]string `json:"refused,omitempty"`
+	// Attempt is the attempt of the PayOut activity that finished the payout: more than 1 when
+	// an attempt died or failed mid-way and a retry paid the rest.
+	Attempt int32 `json:"attempt"`
 }
 
 // PayoutDescription is what a seller's transfer is described as at the provider: the payout
@@ -70,7 +74,7 @@ func (a *Activities) payOut(ctx context.Context, store *activity.Store, p Payout
 	if err != nil {
 		return PayoutResult{}, err // some sellers are left to the retry
 	}
-	out := PayoutResult{PayoutID: p.ID, Transfers: make(map[string]string, len(results))}
+	out := PayoutResult{PayoutID: p.ID, Transfers: make(map[string]string, len(results)), Attempt: sdkactivity.GetInfo(ctx).Attempt}
 	for _, r := range results {
 		if r.Err != nil {
 			if out.Refused == nil {

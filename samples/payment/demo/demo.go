@@ -82,6 +82,8 @@ type Summary struct {
 	// Payees is how many sellers the payout batch paid; PayeesPaidTwice counts sellers with
 	// more than one transfer, PayeesUnpaid sellers with none. Both must be 0.
 	Payees, PayeesPaidTwice, PayeesUnpaid int
+	// PayoutAttempts is the attempt of the payout's activity that finished it.
+	PayoutAttempts int
 	// UnresolvedReceipts counts this run's receipts whose outcome waits for a person.
 	UnresolvedReceipts int
 	// Operate is the tempotent command line for this run's database and schema, which the
@@ -204,7 +206,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return Summary{}, fmt.Errorf("start the payout: %w", err)
 	}
 	results, latencies, restarts := runOrders(ctx, env.Client, cfg.TaskQueue, orders, o.Mix.WorkerRestarts, w, o.Out)
-	if err := payoutRun.Get(ctx, nil); err != nil {
+	var payoutResult payment.PayoutResult
+	if err := payoutRun.Get(ctx, &payoutResult); err != nil {
 		fmt.Fprintf(o.Out, "the payout did not finish: %v\n", err)
 	}
 
@@ -225,6 +228,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := sum.countLedgers(ctx, payments.URL, carrier.URL, compensated, ordersByID(orders)); err != nil {
 		return sum, err
 	}
+	sum.PayoutAttempts = int(payoutResult.Attempt)
 	if err := sum.countPayout(ctx, payments.URL, payout); err != nil {
 		return sum, err
 	}
@@ -287,7 +291,8 @@ func (s *Summary) countLedgers(ctx context.Context, paymentsURL, carrierURL stri
 
 // makePayout is the run's payout batch: n sellers, each paid a different amount.
 func makePayout(runID string, n int) payment.Payout {
-	p := payment.Payout{ID: "payout-" + runID, Sellers: make([]payment.Seller, n)}
+	// Each transfer held 300 ms, eight at once: the batch runs through the first worker kill.
+	p := payment.Payout{ID: "payout-" + runID, Sellers: make([]payment.Seller, n), Faults: "slow=300ms"}
 	for i := range p.Sellers {
 		p.Sellers[i] = payment.Seller{ID: fmt.Sprintf("seller-%04d", i), Account: "tok_visa", Amount: int64(1000 + i), Currency: "eur",
 			Note: "balance of " + runID}
@@ -337,7 +342,7 @@ func (s Summary) print(out io.Writer) {
 		{"worker restarts (SIGKILL)", fmt.Sprint(s.WorkerRestarts)},
 		{"DUPLICATE CHARGES", mark(s.DuplicateCharges)},
 		{"MISSED REFUNDS", mark(s.MissedRefunds)},
-		{"payout batch: payees", fmt.Sprint(s.Payees)},
+		{"payout: payees / attempts", fmt.Sprintf("%d / %d", s.Payees, s.PayoutAttempts)},
 		{"PAYEES PAID TWICE", mark(s.PayeesPaidTwice)},
 		{"PAYEES UNPAID", mark(s.PayeesUnpaid)},
 		{"STUCK RECEIPTS", mark(s.StuckReceipts)},
