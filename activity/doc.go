@@ -37,6 +37,16 @@
 // Outside Temporal (a Nexus handler, a queue consumer, an HTTP handler), Do, DoInNewTx and
 // DoInTx take an explicit Call, whose key you build with keys.Explicit.
 //
+// A batch activity (a payout to 1,000 sellers, a mailing) runs its items with ForEach: each
+// item under a receipt of its own, keyed from the activity's key and the item's ID, so that a
+// retry after a crash at item 600 replays the 600 (their receipts read in one statement) and
+// runs the rest. Register such an activity with Options{Batch: true}, or as a plain activity.
+//
+// A request's fingerprint is keys.FingerprintOf of the activity's input: struct tags choose the
+// fields that name the intent (tempotent:"-" leaves a timestamp or trace ID out), and nil and
+// empty slices are the same request. A receipt recorded under an older fingerprint version is
+// compared under that version.
+//
 // Errors cross into Temporal as application errors whose types are the ErrType constants. Once
 // they have crossed — in workflow code, in a retry policy, after a replay — match them by type
 // (temporal.ApplicationError.Type() == activity.ErrTypeOutcomeUnknown), not with errors.Is:
