@@ -20,8 +20,9 @@ type runningKey struct{}
 
 // running is what an attempt's context says about the call it runs under, for ForwardSettled.
 type running struct {
-	store *Store
-	call  Call
+	store  *Store
+	call   Call
+	passes passes // ForEach's, in this attempt
 }
 
 func withRunning(ctx context.Context, s *Store, c Call) context.Context {

@@ -49,7 +49,8 @@ func (a *activityInbound) Init(outbound interceptor.ActivityOutboundInterceptor)
 }
 
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	return a.Next.ExecuteActivity(context.WithValue(ctx, interceptedKey{}, true), in)
+	// The value is the attempt's ForEach passes, for a plain activity that runs ForEach.
+	return a.Next.ExecuteActivity(context.WithValue(ctx, interceptedKey{}, &passes{}), in)
 }
 
 func intercepted(ctx context.Context) bool { return ctx.Value(interceptedKey{}) != nil }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -23,6 +24,12 @@ type Items[In any] struct {
 	// items with one ID are one intent: the second replays the first, or, with another
 	// request, is a payload mismatch.
 	ID func(In) string
+	// Operation names what is done to each item ("Transfer", "Notify"), as the items' receipts
+	// record it; zero means the activity's operation. An activity that runs two passes over the
+	// same items (pay each seller, then notify each) must name each pass: under one operation
+	// the second pass would find the first pass's receipts and replay them instead of running.
+	// ForEach refuses a second function under an operation already used in the attempt.
+	Operation string
 	// Concurrency is how many items run at once; zero means 1, in the order given. Items that
 	// run together share their completions' commits.
 	Concurrency int
@@ -81,12 +88,16 @@ type Progress struct {
 // finished payout is not silently left unpaid by a replay. In an activity it heartbeats after each item with Progress as details; a heartbeat,
 // its own or fn's, extends the lease of the activity's receipt and of every item running.
 func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In], fn func(context.Context, In) (Out, error)) ([]ItemResult[Out], error) {
-	batch, err := s.batchCall(ctx)
+	batch, err := s.batchCall(ctx, o.Operation)
 	if err != nil {
 		return nil, toTemporal(err)
 	}
 	if o.ID == nil {
 		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: Items.ID is required; return each item's own stable ID (a payee's ID, not its index)", ErrMisconfigured))
+	}
+	if !batch.passes.claim(batch.operation, reflect.ValueOf(fn).Pointer()) {
+		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %s already ran another function over items under the operation %q; a second pass over the same items would replay the first pass's receipts instead of running: give each pass its own Items.Operation",
+			ErrMisconfigured, ref(batch.Key), batch.operation))
 	}
 	if err := o.validate(); err != nil {
 		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %w", ErrMisconfigured, err))
@@ -115,7 +126,7 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 		}
 	}
 
-	settled, err := s.lookup(ctx, batch.Key, calls, run)
+	settled, err := s.lookup(ctx, batch.Key, batch.operation, calls, run)
 	if err != nil {
 		return nil, toTemporal(&StoreError{Op: "read items", Key: batch.Key, Err: err})
 	}
@@ -232,30 +243,59 @@ func parallel(indexes []int, n int, each func(int)) {
 	}
 }
 
-// batchCall is the call ForEach's items derive from: the receipt the activity runs under, or
-// the activity's own key when it runs without one.
-type batchCall struct{ Call }
+// batchCall is the call ForEach's items derive from — the receipt the activity runs under, or
+// the activity's own key when it runs without one —, the items' operation, and the passes the
+// attempt ran.
+type batchCall struct {
+	Call
+	operation string
+	passes    *passes
+}
 
-func (s *Store) batchCall(ctx context.Context) (batchCall, error) {
+func (s *Store) batchCall(ctx context.Context, operation string) (batchCall, error) {
 	if rc, _ := ctx.Value(runningKey{}).(*running); rc != nil {
 		c := rc.call
 		if !c.DownstreamDeduplicates || c.keyMemory() < s.cfg.Retention {
 			return batchCall{}, fmt.Errorf("activity.ForEach: %w: %s runs under a receipt whose downstream is not declared safe to call again, so a retry after a crash would find it holding an unknown outcome instead of running the items that are left; register it with Options{Batch: true}, or as a plain activity",
 				ErrMisconfigured, ref(c.Key))
 		}
-		return batchCall{Call: c}, nil
+		return batchCall{Call: c, operation: cmp.Or(operation, c.Key.Operation), passes: &rc.passes}, nil
 	}
 	if !sdkactivity.IsActivity(ctx) {
 		return batchCall{}, fmt.Errorf("activity.ForEach: %w: call it inside an activity, or inside Do's function", ErrMisconfigured)
 	}
-	if !intercepted(ctx) {
+	attempt, _ := ctx.Value(interceptedKey{}).(*passes)
+	if attempt == nil {
 		return batchCall{}, ErrMisconfigured
 	}
 	k, err := keys.FromActivity(ctx)
 	if err != nil {
 		return batchCall{}, err
 	}
-	return batchCall{Call: Call{Key: k, ScheduledAt: sdkactivity.GetInfo(ctx).ScheduledTime}}, nil
+	return batchCall{Call: Call{Key: k, ScheduledAt: sdkactivity.GetInfo(ctx).ScheduledTime},
+		operation: cmp.Or(operation, k.Operation), passes: attempt}, nil
+}
+
+// passes are the ForEach passes of one attempt: the function each items' operation ran.
+type passes struct {
+	mu  sync.Mutex
+	ran map[string]uintptr
+}
+
+// claim records that fn (its code pointer) runs over items under operation, and reports false
+// when another function already did in this attempt. The same function again (a loop that
+// retries the unfinished items in the same attempt) is the same pass.
+func (p *passes) claim(operation string, fn uintptr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if prev, ok := p.ran[operation]; ok {
+		return prev == fn
+	}
+	if p.ran == nil {
+		p.ran = map[string]uintptr{}
+	}
+	p.ran[operation] = fn
+	return true
 }
 
 // item is the call of the batch's item id.
@@ -264,6 +304,7 @@ func (b batchCall) item(id string, item any, o Options) (Call, error) {
 	if err != nil {
 		return Call{Key: b.Key}, err
 	}
+	k.Operation = b.operation
 	return Call{
 		Key:                    k,
 		Request:                item,
@@ -277,7 +318,7 @@ func (b batchCall) item(id string, item any, o Options) (Call, error) {
 
 // lookup reads, in one statement, the finished receipts among the items calls[run]: by ID
 // within the batch's namespace, tenant and operation, on the receipts' unique index.
-func (s *Store) lookup(ctx context.Context, batch keys.Key, calls []Call, run []int) (map[string]*receipt, error) {
+func (s *Store) lookup(ctx context.Context, batch keys.Key, operation string, calls []Call, run []int) (map[string]*receipt, error) {
 	settled := make(map[string]*receipt)
 	if len(run) == 0 {
 		return settled, nil
@@ -286,7 +327,7 @@ func (s *Store) lookup(ctx context.Context, batch keys.Key, calls []Call, run []
 	for n, i := range run {
 		ids[n] = calls[i].Key.ID
 	}
-	err := s.query(ctx, s.sql.readItems, []any{batch.Namespace, batch.Tenant, batch.Operation, ids}, func(rows pgx.Rows) error {
+	err := s.query(ctx, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids}, func(rows pgx.Rows) error {
 		var id string
 		r, err := scanReceipt(idRow{rows: rows, id: &id})
 		if err == nil {

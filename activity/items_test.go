@@ -410,3 +410,35 @@ func TestForEachPanicInAnItemFailsTheActivity(t *testing.T) {
 	require.ErrorAs(t, err, &panicErr)
 	require.Contains(t, panicErr.Error(), "bug in the payee code")
 }
+
+// Two passes over the same items (pay each seller, then notify each) need an operation each:
+// under one, the second pass would replay the first pass's receipts instead of running.
+func TestForEachPassesNeedTheirOwnOperation(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newPayouts()
+	notified := 0
+	notify := func(context.Context, Payee) (Transfer, error) { notified++; return Transfer{}, nil }
+	twoPasses := func(notifyOp string) func(ctx context.Context, payees []Payee) error {
+		return func(ctx context.Context, payees []Payee) error {
+			for range 2 { // the same pass twice in one attempt is one pass
+				if _, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID}, p.pay); err != nil {
+					return err
+				}
+			}
+			_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: notifyOp}, notify)
+			return err
+		}
+	}
+	env := newActivityEnv("payout", "passes-unnamed")
+	env.RegisterActivityWithOptions(twoPasses(""), sdkactivity.RegisterOptions{Name: "PayAndNotify"})
+	_, err := env.ExecuteActivity("PayAndNotify", payeesN(3))
+	require.ErrorContains(t, err, "give each pass its own Items.Operation")
+	require.Zero(t, notified)
+
+	env = newActivityEnv("payout", "passes-named")
+	env.RegisterActivityWithOptions(twoPasses("Notify"), sdkactivity.RegisterOptions{Name: "PayAndNotify"})
+	_, err = env.ExecuteActivity("PayAndNotify", payeesN(3))
+	require.NoError(t, err)
+	require.Equal(t, 3, notified, "the notify pass replayed the pay pass's receipts")
+}
