@@ -76,8 +76,8 @@ type Progress struct {
 //     had its effect is taken over with the same token, or reconciled.
 //
 // It returns one result per item, in the order given, and an error matching ErrBatchUnfinished
-// when some item is not settled (a retryable error): return that error from the activity, and
-// Temporal's retry runs the rest. An item's non-retryable error (a decline, a payload
+// when some item is not settled (a retryable error of type ErrTypeBatchUnfinished, which is how
+// a workflow sees it): return that error from the activity, and Temporal's retry runs the rest. An item's non-retryable error (a decline, a payload
 // mismatch) is that item's alone; the others go on.
 //
 // ForEach runs inside an activity that has a key: a plain activity on a worker with the
@@ -85,8 +85,11 @@ type Progress struct {
 // (without Batch, a retry after a crash would find the batch's own receipt holding an unknown
 // outcome). A registered batch's own receipt fingerprints its whole input, so another input
 // under the same key is refused as a payload mismatch before any item runs: an item added to a
-// finished payout is not silently left unpaid by a replay. In an activity it heartbeats after each item with Progress as details; a heartbeat,
-// its own or fn's, extends the lease of the activity's receipt and of every item running.
+// finished payout is not silently left unpaid by a replay. Each pass over the same items in one
+// activity (pay, then notify) needs its own Items.Operation.
+//
+// In an activity it heartbeats after each item with Progress as details; a heartbeat, its own
+// or fn's, extends the lease of the activity's receipt and of every item running.
 func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In], fn func(context.Context, In) (Out, error)) ([]ItemResult[Out], error) {
 	batch, err := s.batchCall(ctx, o.Operation)
 	if err != nil {

@@ -34,6 +34,17 @@ func itemRows(ctx context.Context, t *table, col, rounds int, db *db) {
 		t.set("10", fmt.Sprintf("retry of a settled %d-item batch: per item, µs", n), col,
 			perRound(s, func(r []float64) float64 { return r[settled] / float64(n) / 1e3 }), micros, "")
 	}
+	// What items cost the database, per item: a 100-item batch, one at a time and eight at once
+	// (whose completions share commits), and a retry of a settled one (its round trips are the
+	// batch's, not per item: one read for all the items, three for the batch's own receipt).
+	const n = 100
+	for _, concurrency := range []int{1, 8} {
+		c := count(ctx, db.pool, db.counter, 5, batch(db.store, n, concurrency))
+		t.set("10", fmt.Sprintf("ForEach, %d at once: round trips per item", concurrency), col, c.roundTrips/n, number, "")
+		t.setJudged("10", fmt.Sprintf("ForEach, %d at once: WAL syncs per item", concurrency), col, c.walSyncs/n, number, "", 1)
+	}
+	c := count(ctx, db.pool, db.counter, 5, settledBatch(ctx, db.store, n))
+	t.set("10", "retry of a settled batch: round trips per batch", col, c.roundTrips, number, "")
 }
 
 type item struct {
@@ -61,7 +72,8 @@ func batchCall(id string) activity.Call {
 }
 
 func runBatch(ctx context.Context, s *activity.Store, items []item, concurrency int) (int, error) {
-	results, err := activity.ForEach(ctx, s, items, activity.Items[item]{ID: func(i item) string { return i.ID }, Concurrency: concurrency},
+	results, err := activity.ForEach(ctx, s, items, activity.Items[item]{ID: func(i item) string { return i.ID }, Concurrency: concurrency,
+		Options: activity.Options{DownstreamDeduplicates: true}}, // as row 1's calls: one WAL flush each
 		func(context.Context, item) (int, error) { return 1, nil })
 	return len(results), err
 }
