@@ -23,6 +23,11 @@ type Payout struct {
 	// Faults are fakepay fault specs (fakepay.ParseFaults) sent with every transfer, to show
 	// the failure modes: "slow=30ms" makes a batch long enough to kill its worker mid-way.
 	Faults string `json:"faults,omitempty"`
+	// Gateway chooses where the sellers are paid: "" at the payment provider, which
+	// deduplicates on each seller's token; GatewayLegacy at the gateway that does not, where a
+	// seller whose transfer may have been sent by an attempt that died is reconciled (asked of
+	// the gateway's lookup) instead of paid again.
+	Gateway string `json:"gateway,omitempty"`
 }
 
 // Seller is one payee of a payout.
@@ -63,12 +68,16 @@ func (a *Activities) PayOut(store *activity.Store) func(context.Context, Payout)
 }
 
 func (a *Activities) payOut(ctx context.Context, store *activity.Store, p Payout) (PayoutResult, error) {
+	payments, opts := a.Payments, activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime}
+	if p.Gateway == GatewayLegacy {
+		payments, opts = a.Gateway, activity.Options{DownstreamSettleTime: SettleTime, Reconcile: downstream.ReconcileCharge(a.GatewayLookup)}
+	}
 	results, err := activity.ForEach(ctx, store, p.Sellers, activity.Items[Seller]{
 		ID:          func(s Seller) string { return s.ID },
 		Concurrency: 8,
-		Options:     activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: SettleTime},
+		Options:     opts,
 	}, func(ctx context.Context, s Seller) (downstream.Charge, error) {
-		return a.Payments.Charge(withFaults(ctx, p.Faults), downstream.ChargeRequest{Amount: s.Amount, Currency: s.Currency, Source: s.Account,
+		return payments.Charge(withFaults(ctx, p.Faults), downstream.ChargeRequest{Amount: s.Amount, Currency: s.Currency, Source: s.Account,
 			Description: PayoutDescription(p.ID, s.ID)})
 	})
 	if err != nil {
