@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -441,4 +442,33 @@ func TestForEachPassesNeedTheirOwnOperation(t *testing.T) {
 	_, err = env.ExecuteActivity("PayAndNotify", payeesN(3))
 	require.NoError(t, err)
 	require.Equal(t, 3, notified, "the notify pass replayed the pay pass's receipts")
+}
+
+// ForEach heartbeats after each item, with its progress as details: a batch activity with a
+// heartbeat timeout needs no heartbeat of its own.
+func TestForEachHeartbeatsItsProgress(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newPayouts()
+	env := newActivityEnv("payout", "progress")
+	var (
+		mu   sync.Mutex
+		seen []activity.Progress
+	)
+	env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
+		var progress activity.Progress
+		if details.Get(&progress) == nil {
+			mu.Lock()
+			seen = append(seen, progress)
+			mu.Unlock()
+		}
+	})
+	env.RegisterActivityWithOptions(payOut(s, p, 1), sdkactivity.RegisterOptions{Name: "PayOut"})
+	_, err := executePayOut(t, env, payeesN(5))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, seen, "ForEach did not heartbeat")
+	// The SDK sends the first heartbeat at once and throttles the rest.
+	require.Equal(t, activity.Progress{Settled: 1, Total: 5}, seen[0])
 }
