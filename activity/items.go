@@ -3,7 +3,6 @@ package activity
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/keys"
 )
@@ -50,10 +48,13 @@ type ItemResult[Out any] struct {
 	// Replayed is true when the item's outcome was recorded by an earlier attempt and the
 	// function was not called.
 	Replayed bool
+
+	final bool // Err is recorded: non-retryable, or of a type the retry policy does not retry
 }
 
-// Settled reports whether the item has a final outcome: a result, or a non-retryable error.
-func (r ItemResult[Out]) Settled() bool { return r.Err == nil || !retryable(r.Err) }
+// Settled reports whether the item has a final outcome: a result, or an error its receipt
+// records (a non-retryable one, or one whose type the activity's retry policy does not retry).
+func (r ItemResult[Out]) Settled() bool { return r.Err == nil || r.final }
 
 // Progress is what ForEach records as the activity's heartbeat details after each item. It is
 // a hint for whoever reads it (the Temporal UI, a human); a retry does not need it, since every
@@ -163,6 +164,7 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 			results[i].Replayed = true
 		}
 		results[i].Err = toTemporal(results[i].Err)
+		results[i].final = results[i].Err != nil && s.isFinal(ctx, results[i].Err)
 		if !results[i].Settled() {
 			unfinished.Unfinished++
 			unfinished.First = cmp.Or(unfinished.First, results[i].ID)
@@ -412,13 +414,3 @@ func (e *BatchUnfinishedError) Is(target error) bool { return target == ErrBatch
 
 // Unwrap returns the first unfinished item's error.
 func (e *BatchUnfinishedError) Unwrap() error { return e.Err }
-
-// retryable reports whether err leaves its intent to a later attempt.
-func retryable(err error) bool {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return !appErr.NonRetryable()
-	}
-	var canceled *temporal.CanceledError
-	return !errors.As(err, &canceled)
-}

@@ -4,18 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/activitytest"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 )
@@ -471,4 +476,54 @@ func TestForEachHeartbeatsItsProgress(t *testing.T) {
 	require.NotEmpty(t, seen, "ForEach did not heartbeat")
 	// The SDK sends the first heartbeat at once and throttles the rest.
 	require.Equal(t, activity.Progress{Settled: 1, Total: 5}, seen[0])
+}
+
+// An item error whose type the activity's retry policy names as non-retryable is recorded as
+// final, as a single activity's is: the item is settled, and the batch is not unfinished. (Else
+// the attempt that recorded it would fail the batch, and with MaximumAttempts 1 the activity.)
+// The SDK's test environments leave the retry policy out of the activity's info, so this runs on
+// the dev server.
+func TestForEachRetryPolicyDecidesWhatIsSettled(t *testing.T) { // not parallel: t.Setenv
+	s, _ := setup(t, nil)
+	cli, err := filepath.Abs("../bin/temporal")
+	require.NoError(t, err)
+	t.Setenv("TEMPORAL_CLI", cli)
+	c := activitytest.NewDevServer(t)
+	queue := "foreach-policy"
+	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+	w.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) (int, error) {
+		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID}, func(_ context.Context, p Payee) (int, error) {
+			if p.ID == "seller-001" {
+				return 0, temporal.NewApplicationError("account closed", "AccountClosed") // retryable by its own flag
+			}
+			return 1, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		settled := 0
+		for _, r := range results {
+			if r.Settled() {
+				settled++
+			}
+		}
+		return settled, nil
+	}, sdkactivity.RegisterOptions{Name: "PayOut"})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context) (int, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1, NonRetryableErrorTypes: []string{"AccountClosed"}}})
+		var settled int
+		err := workflow.ExecuteActivity(ctx, "PayOut", payeesN(3)).Get(ctx, &settled)
+		return settled, err
+	}, workflow.RegisterOptions{Name: "PayOutWorkflow"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "payout-policy", TaskQueue: queue}, "PayOutWorkflow")
+	require.NoError(t, err)
+	var settled int
+	require.NoError(t, run.Get(ctx, &settled), "an item the retry policy makes final left the batch unfinished")
+	require.Equal(t, 3, settled)
 }
