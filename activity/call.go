@@ -25,6 +25,14 @@ type Call struct {
 	// Lease is how long this attempt holds the key before another may take over. Zero means
 	// until ctx's deadline, or LeaseDefault when ctx has none.
 	Lease time.Duration
+	// Attempt is which attempt at the intent this call is, counting from 1, when the caller knows
+	// it (a job queue's attempt number); zero means the Temporal activity's own attempt, or a
+	// first attempt outside an activity. It only picks the first statement: from the second
+	// attempt on, an earlier attempt has probably finished, and Do reads the receipt with a plain
+	// lookup first (one round trip, nothing written), reserving only when that finds no finished
+	// receipt; a first attempt reserves at once, so that a first execution keeps its two round
+	// trips. Either way the answer is the same.
+	Attempt int32
 	// ScheduledAt, when set, arms the replay-horizon guard: a call scheduled longer ago than the
 	// retention is refused with a HorizonError.
 	ScheduledAt time.Time
@@ -54,6 +62,9 @@ type Call struct {
 
 	// origin is filled from the context by the Store, never by callers.
 	origin origin
+	// readUnfinished says that the caller has just read the receipt and found none finished
+	// (ForEach's items), so that no lookup goes before the reservation.
+	readUnfinished bool
 }
 
 // Defaults of the downstream's properties in Call and Options.

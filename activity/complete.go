@@ -2,7 +2,6 @@ package activity
 
 import (
 	"context"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -18,20 +17,13 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
-// completions records the outcomes of a store's attempts. Completions that arrive while another
-// batch is being written wait for it and then go out together, in one statement and one commit:
-// under load, one WAL flush serves many receipts. There is no timer, and a completion that finds
-// nothing in flight is written at once by its own goroutine, so a lone attempt waits for nobody
-// and pays no hand-off.
-//
-// A batch skips rows that are locked elsewhere instead of waiting for them; the attempts whose
-// rows it skipped write their completions on their own, each waiting at most the store's lock
-// timeout. One locked receipt therefore delays only its own attempt.
+// completions records the outcomes of a store's attempts, in group commits (group). A batch
+// skips rows that are locked elsewhere instead of waiting for them; the attempts whose rows it
+// skipped write their completions on their own, each waiting at most the store's lock timeout.
+// One locked receipt therefore delays only its own attempt.
 type completions struct {
-	store   *Store
-	mu      sync.Mutex
-	queue   []*completion
-	writing bool // a batch is in flight; the queue is empty whenever it is false
+	store *Store
+	group[*completion]
 }
 
 // completion is one attempt's outcome. It is written only while the attempt's reservation still
@@ -52,14 +44,7 @@ type completion struct {
 // the outcome may or may not be recorded: the lease stands, and the next attempt finds out.
 func (q *completions) complete(ctx context.Context, c *completion) (bool, error) {
 	c.done = make(chan struct{})
-	q.mu.Lock()
-	q.queue = append(q.queue, c)
-	lead := !q.writing
-	q.writing = true
-	q.mu.Unlock()
-	if lead {
-		q.writeNext() // its batch is c alone: nothing queues while no batch is in flight
-	}
+	q.add(c, q.take, q.send)
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -69,22 +54,6 @@ func (q *completions) complete(ctx context.Context, c *completion) (bool, error)
 		return q.store.completeOne(ctx, c)
 	}
 	return c.written, c.err
-}
-
-// writeNext writes the next batch, then hands what queued meanwhile to a new writer. It never
-// waits for a row lock: a skipped completion is finished by its own caller.
-func (q *completions) writeNext() {
-	q.mu.Lock()
-	batch := q.take()
-	q.mu.Unlock()
-	q.send(batch)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.queue) == 0 {
-		q.writing = false
-		return
-	}
-	go q.writeNext()
 }
 
 // take removes the next batch from the queue: in arrival order, at most maxBatch completions and
@@ -118,7 +87,7 @@ func (q *completions) send(batch []*completion) {
 	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]
-		tag, err := q.store.exec(ctx, q.store.sql.completeSkipLocked, c.args(q.store)...)
+		tag, err := q.store.execOn(ctx, q.store.receipts, noSettings, q.store.sql.completeSkipLocked, c.args(q.store)...)
 		c.written, c.err = tag.RowsAffected() > 0, err
 		c.skipped = err == nil && !c.written
 		return
@@ -140,7 +109,7 @@ func (q *completions) send(batch []*completion) {
 		states[i], results[i], failures[i], errTypes[i], errMsgs[i] = o.state, o.result, o.failure, o.errType, o.errMsg
 	}
 	written := map[reservation]bool{}
-	err := q.store.query(ctx, q.store.sql.completeBatch, []any{namespaces, tenants, operations, ids, reservations,
+	err := q.store.query(ctx, noSettings, q.store.sql.completeBatch, []any{namespaces, tenants, operations, ids, reservations,
 		fingerprints, versions, states, results, failures, errTypes, errMsgs, q.store.cfg.Retention.Microseconds()},
 		func(rows pgx.Rows) error {
 			var r pgtype.UUID

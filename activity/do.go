@@ -33,17 +33,14 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 
 	res := newReservation()
 	var r receipt
-	for range 2 {
-		r, err = scanReceipt(s.queryRow(ctx, s.receipts, s.reserveSettings(c), s.sql.reserve, s.reserveArgs(c, res, lease)...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			// A concurrent attempt's receipt, committed after this statement's snapshot. It can
-			// be gone again by the time it is read (its reservation lost in a crash): reserve
-			// once more.
-			r, err = s.read(ctx, k)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			break
-		}
+	retry := replayLikely(ctx, c)
+	if retry {
+		// A retry: a finished receipt is likely, and the plain lookup answers it alone. No receipt
+		// (or a failed read) goes on to reserve, which tells again.
+		r, err = s.readPlain(ctx, k)
+	}
+	if !retry || err != nil {
+		r, err = s.reserve(ctx, c, res, lease)
 	}
 	if err != nil {
 		return nil, &StoreError{Op: "reserve", Key: k, Err: err}
@@ -105,11 +102,21 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 	return nil, &InProgressError{Key: k, RetryAfter: 100 * time.Millisecond}
 }
 
-// reserveArgs are the arguments of the reserve statement for c under reservation res.
-func (s *Store) reserveArgs(c Call, res reservation, lease time.Duration) []any {
-	k := c.Key
-	return append([]any{k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token()), c.Fingerprint.Sum[:], c.Fingerprint.Version,
-		res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()}, c.origin.args()...)
+// reserve inserts a pending receipt for c under reservation res, or returns the one already there.
+func (s *Store) reserve(ctx context.Context, c Call, res reservation, lease time.Duration) (r receipt, err error) {
+	for range 2 {
+		r, err = s.reservations.reserve(ctx, &reserveReq{call: c, reservation: res, lease: lease})
+		if errors.Is(err, pgx.ErrNoRows) {
+			// A concurrent attempt's receipt, committed after this statement's snapshot. It can
+			// be gone again by the time it is read (its reservation lost in a crash): reserve
+			// once more.
+			r, err = s.read(ctx, c.Key)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
+	return r, err
 }
 
 // retryAfter is the next-retry delay of an InProgressError when the key is busy for wait more.
@@ -178,22 +185,6 @@ func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool
 		}
 	}
 	return r, false
-}
-
-// reserveSettings picks how durably a new reservation commits. The completion that follows it
-// always commits durably, and its WAL flush carries the reservation's records with it, so a first
-// execution waits for one flush, not two. The reservation alone is lost only if Postgres crashes
-// (or fails over) in the moment between the two, before its WAL writer flushed (within
-// 3 × wal_writer_delay). The attempt's completion then matches no row, and the retry finds no
-// receipt and calls the downstream again with the same token: harmless exactly when the
-// downstream deduplicates on that token, so only then is the reservation asynchronous. For any
-// other downstream, the durable reservation is what lets a retry know an effect may have
-// happened.
-func (s *Store) reserveSettings(c Call) string {
-	if c.DownstreamDeduplicates {
-		return s.sql.settingsAsync
-	}
-	return s.sql.settings
 }
 
 // run calls fn under the reservation a holds and records its outcome.

@@ -4,9 +4,14 @@
 //   - the first execution reserves the key, runs the function with the key's downstream token in
 //     its context (keys.TokenFrom) and records the result: 2 round trips and, when the downstream
 //     deduplicates, one WAL flush (the reservation commits asynchronously and is made durable by
-//     the completion's commit);
+//     the completion's commit). First executions running at once in one worker share their
+//     statements: reservations that arrive while one is being written go out together, in one
+//     statement and one commit, and so do completions; a lone attempt waits for nobody (there is
+//     no timer), and each returns only once its own receipt is committed;
 //   - a retry, a replay, a worker that crashed after recording but before reporting, all get the
-//     recorded result back, byte for byte, without running the function: 1 round trip;
+//     recorded result back, byte for byte, without running the function: 1 round trip — from the
+//     second attempt on (Temporal's, or Call.Attempt) a plain lookup that writes nothing, on a
+//     first attempt (a reset workflow) the statement that would have reserved;
 //   - a worker that crashed after the external call but before recording leaves a lease; the
 //     next attempt takes over when it ends and calls again with the same token, which a
 //     deduplicating downstream (Stripe, the downstream package) answers with the first result;

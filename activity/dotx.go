@@ -96,15 +96,13 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		_ = tx.Rollback(wctx)
 		return nil, err
 	}
+	// The transaction's lock timeout (txSettings) holds for the INSERT; wctx's deadline bounds it
+	// as a statement timeout would.
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.settings, s.lockTimeout, s.statementTimeout)
 	batch.Queue(s.sql.insertFinal, s.finalArgs(c, out)...)
 	batch.Queue("COMMIT")
 	results = conn.Conn().SendBatch(wctx, batch)
 	_, insertErr := results.Exec()
-	if insertErr == nil {
-		_, insertErr = results.Exec()
-	}
 	_, commitErr := results.Exec()
 	closeErr := results.Close()
 	// The transaction was ended by the batch's COMMIT, behind pgx.Tx's back: the Tx value is
@@ -145,7 +143,7 @@ func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnE
 	if err != nil {
 		return nil, err
 	}
-	tag, err := s.execOn(ctx, conn, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
+	tag, err := s.execOn(ctx, conn, s.sql.settings, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
 	if err != nil {
 		return nil, &StoreError{Op: "complete", Key: k, Err: err}
 	}

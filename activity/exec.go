@@ -32,21 +32,40 @@ type batcher interface {
 // send sends stmt behind settings (s.sql.settings or s.sql.settingsAsync), in one round trip
 // and one implicit transaction, so that the settings — local to that transaction — hold for
 // stmt alone: its lock and statement timeouts, and for an asynchronous reservation its commit.
+// With noSettings, stmt goes alone.
 func (s *Store) send(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.BatchResults {
 	b := &pgx.Batch{}
-	b.Queue(settings, s.lockTimeout, s.statementTimeout)
+	if settings != noSettings {
+		b.Queue(settings, s.lockTimeout, s.statementTimeout)
+	}
 	b.Queue(stmt, args...)
 	return db.SendBatch(ctx, b)
 }
 
-// exec runs stmt under the store's timeouts.
-func (s *Store) exec(ctx context.Context, stmt string, args ...any) (pgconn.CommandTag, error) {
-	return s.execOn(ctx, s.receipts, stmt, args...)
+// noSettings sends a statement without the settings statement before it, one statement less in
+// its round trip: for statements that never wait for a row lock (a read; a completion that skips
+// locked rows), so lock_timeout is moot, and that run under a deadline of their own (writeContext,
+// whose expiry cancels the statement as statement_timeout would), or are reads that a caller's
+// context bounds.
+const noSettings = ""
+
+// settled consumes the settings' result, if settings were sent.
+func settled(res pgx.BatchResults, settings string) error {
+	if settings == noSettings {
+		return nil
+	}
+	_, err := res.Exec()
+	return err
 }
 
-func (s *Store) execOn(ctx context.Context, db batcher, stmt string, args ...any) (pgconn.CommandTag, error) {
-	res := s.send(ctx, db, s.sql.settings, stmt, args...)
-	_, err := res.Exec()
+// exec runs stmt under the store's timeouts.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) (pgconn.CommandTag, error) {
+	return s.execOn(ctx, s.receipts, s.sql.settings, stmt, args...)
+}
+
+func (s *Store) execOn(ctx context.Context, db batcher, settings, stmt string, args ...any) (pgconn.CommandTag, error) {
+	res := s.send(ctx, db, settings, stmt, args...)
+	err := settled(res, settings)
 	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = res.Exec()
@@ -59,14 +78,17 @@ func (s *Store) execOn(ctx context.Context, db batcher, stmt string, args ...any
 
 // queryRow runs stmt under settings and returns its one row.
 func (s *Store) queryRow(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.Row {
-	return settledRow{s.send(ctx, db, settings, stmt, args...)}
+	return settledRow{s.send(ctx, db, settings, stmt, args...), settings}
 }
 
 // settledRow is the row of a statement sent behind its settings.
-type settledRow struct{ res pgx.BatchResults }
+type settledRow struct {
+	res      pgx.BatchResults
+	settings string
+}
 
 func (r settledRow) Scan(dest ...any) error {
-	_, err := r.res.Exec()
+	err := settled(r.res, r.settings)
 	if err == nil {
 		err = r.res.QueryRow().Scan(dest...)
 	}
@@ -76,10 +98,10 @@ func (r settledRow) Scan(dest ...any) error {
 	return err
 }
 
-// query runs stmt under the store's timeouts and calls each for every row.
-func (s *Store) query(ctx context.Context, stmt string, args []any, each func(pgx.Rows) error) error {
-	res := s.send(ctx, s.receipts, s.sql.settings, stmt, args...)
-	_, err := res.Exec()
+// query runs stmt under settings and calls each for every row.
+func (s *Store) query(ctx context.Context, settings, stmt string, args []any, each func(pgx.Rows) error) error {
+	res := s.send(ctx, s.receipts, settings, stmt, args...)
+	err := settled(res, settings)
 	if err == nil {
 		var rows pgx.Rows
 		rows, err = res.Query()

@@ -604,6 +604,8 @@ func (x *explorer) start(k *explKey, payload int) error {
 		Lease:                  exploreLease,
 		DownstreamDeduplicates: k.dedup,
 		DownstreamSettleTime:   exploreSettle,
+		// A retry reads with the plain lookup first; a first attempt reserves at once.
+		Attempt: int32(1 + x.rng.IntN(2)),
 	}
 	if k.retired {
 		// A retry after the retention is necessarily one scheduled before it.

@@ -318,6 +318,7 @@ func (b batchCall) item(id string, item any, o Options) (Call, error) {
 		DownstreamKeyMemory:    o.DownstreamKeyMemory,
 		DownstreamSettleTime:   o.DownstreamSettleTime,
 		Reconcile:              o.Reconcile,
+		readUnfinished:         true, // ForEach reads every item's receipt before it runs any
 	}, nil
 }
 
@@ -332,7 +333,7 @@ func (s *Store) lookup(ctx context.Context, batch keys.Key, operation string, ca
 	for n, i := range run {
 		ids[n] = calls[i].Key.ID
 	}
-	err := s.query(ctx, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids}, func(rows pgx.Rows) error {
+	err := s.query(ctx, s.sql.settings, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids}, func(rows pgx.Rows) error {
 		var id string
 		r, err := scanReceipt(idRow{rows: rows, id: &id})
 		if err == nil {

@@ -13,11 +13,11 @@ import "fmt"
 // that number must not write to, release or extend the new row. The fence stays as a count of
 // takeovers.
 type statements struct {
-	settings, settingsAsync, txSettings                                             string
-	reserve, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
-	release, extend, insertFinal                                                    string
-	purge, countUnresolved, countSince                                              string
-	resolveApplied, resolveNotApplied                                               string
+	settings, settingsAsync, txSettings                                                           string
+	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
+	release, extend, insertFinal                                                                  string
+	purge, countUnresolved, countSince                                                            string
+	resolveApplied, resolveNotApplied                                                             string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -49,7 +49,8 @@ func newStatements(table string) statements {
 		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
 		txSettings: `SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`,
 
-		reserve: reserve(table),
+		reserve:      reserve(table),
+		reserveBatch: reserveBatch(table),
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
 			table, receiptColumns),
@@ -235,4 +236,42 @@ SELECT true, fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::b
 FROM inserted
 UNION ALL
 SELECT false, existing.* FROM existing`, table, receiptColumns)
+}
+
+// reserveBatch is reserve for many attempts at once (see reservations): $1–$9 and $11–$15 are
+// arrays with one element per attempt and at most one per key, $10 the retention. Each row it
+// returns starts with the number of the attempt it answers (from 1): the receipt it inserted or
+// the one it found, as reserve returns them. An attempt with no row met a receipt committed after
+// the statement's snapshot, as in reserve. The rows are inserted in key order, so that two
+// batches inserting the same keys in two processes wait on each other in the same order instead
+// of deadlocking.
+func reserveBatch(table string) string {
+	return fmt.Sprintf(`
+WITH b AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::smallint[],
+		$8::uuid[], $9::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[]) WITH ORDINALITY
+	AS b(namespace, tenant, operation, id, token, fingerprint, fingerprint_version, reservation, lease,
+		workflow_id, run_id, activity_id, activity_type, compensates, n)
+), existing AS (
+	SELECT b.n, false, e.* FROM b CROSS JOIN LATERAL (
+		SELECT %[2]s FROM %[1]s AS r
+		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)) AS e
+), inserted AS (
+	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
+		state, reservation, lease_expires_at, expires_at,
+		workflow_id, run_id, activity_id, activity_type, compensates)
+	SELECT namespace, tenant, operation, id, token, fingerprint, fingerprint_version, 'pending', reservation,
+		now() + lease * interval '1 microsecond',
+		now() + lease * interval '1 microsecond' + $10::bigint * interval '1 microsecond',
+		workflow_id, run_id, activity_id, activity_type, compensates
+	FROM b WHERE NOT EXISTS (SELECT FROM existing WHERE existing.n = b.n)
+	ORDER BY namespace, tenant, operation, id
+	ON CONFLICT DO NOTHING
+	RETURNING namespace, tenant, operation, id, fence
+)
+SELECT b.n, true, inserted.fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
+	NULL::bigint, true, 0::bigint
+FROM inserted JOIN b USING (namespace, tenant, operation, id)
+UNION ALL
+SELECT existing.* FROM existing`, table, receiptColumns)
 }

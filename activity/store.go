@@ -161,10 +161,11 @@ type Store struct {
 	db *pgxpool.Pool
 	// receipts is where the receipt statements of Do go: db itself, except in the exploration
 	// test, which steps through them one at a time and injects faults between them.
-	receipts    batcher
-	cfg         Config
-	sql         statements
-	completions *completions
+	receipts     batcher
+	cfg          Config
+	sql          statements
+	completions  *completions
+	reservations *reservations
 	// lockTimeout and statementTimeout are the settings' values in milliseconds, as
 	// set_config takes them.
 	lockTimeout, statementTimeout string
@@ -191,6 +192,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
 	}
 	s.completions = &completions{store: s}
+	s.reservations = &reservations{store: s}
 	return s, nil
 }
 
