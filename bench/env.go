@@ -251,14 +251,19 @@ func doTx(s *activity.Store) op {
 	}
 }
 
-// replay is Do on a key whose receipt is completed.
-func replay(s *activity.Store, d *downstream) op {
+// replay is Do on a key whose receipt is completed, as attempt number attempt: a retry
+// (attempt 2, where replays happen: the worker crashed after the call, or the activity's report
+// was lost) reads with the plain lookup; a first attempt (a workflow reset runs its activities
+// again from attempt 1) goes through the statement that reserves.
+func replay(s *activity.Store, d *downstream, attempt int32) op {
 	id := next("replayed-")
 	if err := step(s, d, call(id))(context.Background()); err != nil {
 		fatalf("replay set-up: %v", err)
 	}
+	c := call(id)
+	c.Attempt = attempt
 	return func(ctx context.Context) error {
-		_, err := activity.Do(ctx, s, call(id), func(context.Context) (charge, error) {
+		_, err := activity.Do(ctx, s, c, func(context.Context) (charge, error) {
 			return charge{}, fmt.Errorf("a replay called the downstream")
 		})
 		return err

@@ -126,21 +126,27 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 		{name: "bare call", op: bareCall(d)},
 		{name: "floor", op: floor(db.pool, d)},
 		{name: "SELECT 1", op: selectOne(db.pool)},
-		{name: "replay", op: replay(db.store, d)},
+		{name: "replay", op: replay(db.store, d, 2)},
 		{name: "DoInNewTx", op: doTx(db.store)},
 		{name: "bare transaction", op: bareTx(db.pool)},
+		{name: "replay on attempt 1", op: replay(db.store, d, 1)},
 	}
 	s := interleave(ctx, rounds, benches...)
-	const first, call, flr, sel, rep, dotx, tx = 0, 1, 2, 3, 4, 5, 6
+	const first, call, flr, sel, rep, dotx, tx, rep1 = 0, 1, 2, 3, 4, 5, 6, 7
 	t.set("1", "first execution: overhead over the bare call ÷ the floor's (check + durable INSERT)", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[flr] - r[call]) }), ratio, "")
 	t.set("1", "first execution: overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / 1e3 }), micros, "")
 	t.set("1", "the floor's overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[flr] - r[call]) / 1e3 }), micros, "")
-	t.set("2", "replay ÷ SELECT 1", col, perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.3")
-	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col,
-		perRound(s, func(r []float64) float64 { return r[dotx] / r[tx] }), ratio, "≤ 1.1")
+	t.set("2", "replay on a retry (attempt 2: the plain lookup) ÷ SELECT 1", col,
+		perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.2")
+	t.set("2", "replay on attempt 1 (a reset workflow: the reserve statement) ÷ SELECT 1", col,
+		perRound(s, func(r []float64) float64 { return r[rep1] / r[sel] }), ratio, "")
+	dotxRatio := func(r []float64) float64 { return r[dotx] / r[tx] }
+	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col, perRound(s, dotxRatio), ratio, "≤ 1.1")
+	t.set("3", "DoInNewTx ÷ the same transaction: spread across rounds, lowest – highest", col,
+		lowest(s, dotxRatio), upTo(highest(s, dotxRatio)), "")
 
 	stats := db.pool
 	c := count(ctx, stats, db.counter, 200, firstStep(db.store, d))
@@ -149,8 +155,10 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	c = count(ctx, stats, db.counter, 200, firstStepNoDedup(db.store, d))
 	t.setJudged("1", "first execution, downstream that does not deduplicate: WAL syncs per call", col, c.walSyncs, number, "", 1)
 	c = count(ctx, stats, db.counter, 200, benches[rep].op)
-	t.set("2", "replay: round trips", col, c.roundTrips, number, "= 1")
-	t.setJudged("2", "replay: WAL syncs", col, c.walSyncs, number, "= 0", 1)
+	t.set("2", "replay on a retry: round trips", col, c.roundTrips, number, "= 1")
+	t.setJudged("2", "replay on a retry: WAL syncs", col, c.walSyncs, number, "= 0", 1)
+	c = count(ctx, stats, db.counter, 200, benches[rep1].op)
+	t.set("2", "replay on attempt 1: round trips", col, c.roundTrips, number, "= 1")
 	bareTxCosts := count(ctx, stats, db.counter, 200, benches[tx].op)
 	c = count(ctx, stats, db.counter, 200, benches[dotx].op)
 	t.set("3", "DoInNewTx: round trips, more than the bare transaction's", col, c.roundTrips-bareTxCosts.roundTrips, number, "")
@@ -164,7 +172,7 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 			bench{name: "INSERTs", op: insert(db.pool), workers: workers})
 		target := ""
 		if workers == 16 {
-			target = "≥ 0.9"
+			target = "≥ 1.0"
 		}
 		t.set("4", fmt.Sprintf("receipts/s ÷ durable INSERTs/s, %d workers", workers), col,
 			perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, target)

@@ -79,6 +79,19 @@ func block(ctx context.Context, b bench) float64 {
 
 // perRound applies f to each round's figures and returns the median of the results.
 func perRound(series [][]float64, f func(round []float64) float64) float64 {
+	return median(rounds(series, f))
+}
+
+// lowest and highest are the extremes of f over the rounds: the spread that a median hides.
+func lowest(series [][]float64, f func(round []float64) float64) float64 {
+	return slices.Min(rounds(series, f))
+}
+
+func highest(series [][]float64, f func(round []float64) float64) float64 {
+	return slices.Max(rounds(series, f))
+}
+
+func rounds(series [][]float64, f func(round []float64) float64) []float64 {
 	var out []float64
 	for r := range series[0] {
 		round := make([]float64, len(series))
@@ -87,7 +100,7 @@ func perRound(series [][]float64, f func(round []float64) float64) float64 {
 		}
 		out = append(out, f(round))
 	}
-	return median(out)
+	return out
 }
 
 func median(xs []float64) float64 {

@@ -22,6 +22,11 @@ var (
 	perSecond format = func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
 )
 
+// upTo shows a range of ratios, from the figure to highest.
+func upTo(highest float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.2f× – %.2f×", v, highest) }
+}
+
 // pair shows a median beside a maximum.
 func pair(maximum float64) format {
 	return func(v float64) string { return fmt.Sprintf("%.0f / %.0f", v, maximum) }
