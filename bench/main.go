@@ -30,7 +30,8 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per figure; each figure is the median of its rounds")
 	blockTime := flag.Duration("block", 100*time.Millisecond, "length of one measured block")
 	e2eBlock := flag.Duration("e2e-block", 400*time.Millisecond, "length of one block of workflows")
-	only := flag.String("rows", "1,2,3,4,5,6,7,8,9,10", "the table's rows to measure (1–3 go together)")
+	only := flag.String("rows", "1,2,3,4,5,6,7,8,9,10", "the table's rows to measure (1–3 go together; 11, make bench-scale, only when asked)")
+	scaleN := flag.Int("scale-rows", 10_000_000, "receipts written for row 11")
 	outboxN := flag.Int("outbox-messages", 3000, "messages put before each timed drain of row 8")
 	outboxRounds := flag.Int("outbox-rounds", 5, "rounds of row 8's drains; each drain figure is the median of its rounds")
 	outboxBatch := flag.Int("outbox-batch", 100, "messages one claim takes in row 8's drains, the dispatcher's and the bare loop's")
@@ -97,6 +98,12 @@ func main() {
 		progress("end to end on the Temporal dev server")
 		setBlock(*e2eBlock)
 		endToEnd(ctx, t, *rounds, url, *cli, d)
+	}
+
+	if want("11") {
+		progress("receipts at scale")
+		setBlock(*blockTime)
+		scaleRows(ctx, t, *rounds, *scaleN, url)
 	}
 
 	cleanup := openDB(ctx, url, true)
@@ -177,6 +184,14 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 		t.set("4", fmt.Sprintf("receipts/s ÷ durable INSERTs/s, %d workers", workers), col,
 			perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, target)
 		t.set("4", fmt.Sprintf("receipts/s, %d workers", workers), col, 1e9/median(s[0]), perSecond, "")
+	}
+	// What runs out at 16 workers: CPU per receipt and per INSERT, the client's and the rest of
+	// the machine's (Postgres), from one more block of each.
+	for _, b := range []bench{{name: "receipts", op: receipt(db.store), workers: 16}, {name: "INSERTs", op: insert(db.pool), workers: 16}} {
+		if c, ok := cpuOf(ctx, b); ok {
+			t.set("4", fmt.Sprintf("CPU per %s at 16 workers, µs: Postgres and the kernel / the client", strings.TrimSuffix(b.name, "s")), col,
+				float64(c.server.Microseconds()), pair(float64(c.client.Microseconds())), "")
+		}
 	}
 }
 

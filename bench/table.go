@@ -20,6 +20,13 @@ var (
 	micros    format = func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 	millis    format = func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
 	perSecond format = func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
+	seconds   format = func(v float64) string { return fmt.Sprintf("%.2f s", v) }
+	bytesOf   format = func(v float64) string {
+		if v < 1e6 {
+			return fmt.Sprintf("%.0f kB", v/1e3)
+		}
+		return fmt.Sprintf("%.1f MB", v/1e6)
+	}
 )
 
 // upTo shows a range of ratios, from the figure to highest.
