@@ -49,9 +49,16 @@ type reserveReq struct {
 func (q *reservations) reserve(ctx context.Context, r *reserveReq) (receipt, error) {
 	r.done = make(chan struct{})
 	q.add(r, q.take, q.send)
-	select {
-	case <-r.done:
-	case <-ctx.Done():
+	// Wait for the batch even when ctx ends first: it goes on without this caller (it is bounded
+	// by the statement timeout), and a reservation it writes for an attempt that will never call
+	// must not stand as an effect that may have happened.
+	<-r.done
+	if ctx.Err() != nil {
+		if !r.alone && r.err == nil && r.receipt.inserted {
+			wctx, cancel := q.store.writeContext(ctx)
+			defer cancel()
+			_, _ = q.store.release(wctx, &attempt{call: r.call, reservation: r.reservation}, false, 0)
+		}
 		return receipt{}, ctx.Err()
 	}
 	if r.alone {

@@ -283,3 +283,46 @@ func TestTakeKeepsOneReservationPerKey(t *testing.T) {
 	require.Len(t, q.queue, 3)
 	require.Equal(t, "0", q.queue[2].call.Key.ID, "the second reservation of key 0 went in the same batch")
 }
+
+// TestCancelledWhileQueuedLeavesNoPossibleEffect cancels an attempt whose reservation is queued
+// behind a batch in flight. The batch that then writes it goes on without the attempt, which
+// never calls; its receipt must not say that an effect may have happened, or the next attempt
+// at a downstream that does not deduplicate would end with OutcomeUnknown instead of calling.
+func TestCancelledWhileQueuedLeavesNoPossibleEffect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := reserveStore(t, Config{})
+	rec := &recordingBatcher{inner: s.db, sql: s.sql, gate: make(chan struct{})}
+	s.receipts = rec
+
+	first := reserveCall(t, "first", false)
+	go func() { _, _ = Do(ctx, s, first, func(context.Context) (int, error) { return 1, nil }) }()
+	require.Eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.sizes) == 1
+	}, 10*time.Second, time.Millisecond)
+
+	queued := reserveCall(t, "queued", false)
+	queued.Lease = 50 * time.Millisecond
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		_, err := Do(cctx, s, queued, func(context.Context) (int, error) { return 0, errors.New("a cancelled attempt called") })
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		s.reservations.mu.Lock()
+		defer s.reservations.mu.Unlock()
+		return len(s.reservations.queue) == 1
+	}, 10*time.Second, time.Millisecond)
+	cancel()
+	close(rec.gate)
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	time.Sleep(2 * queued.Lease)
+	queued.Lease = 0
+	got, err := Do(ctx, s, queued, func(context.Context) (int, error) { return 7, nil })
+	require.NoError(t, err, "the next attempt did not call")
+	require.Equal(t, 7, got)
+}
