@@ -79,7 +79,9 @@ RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, ta
 		// past its lease, timed out while still running, or holding a reservation that was lost)
 		// no longer matches the row's reservation, so its late write touches nothing. The
 		// fingerprint must match too: a row reserved again for another request never takes this
-		// request's result. expires_at only grows, so that the update can be HOT.
+		// request's result. expires_at only grows: a completion never shortens the retention a
+		// takeover gave. (The update is not HOT, and cannot cheaply be: expires_at is indexed for
+		// purge, and state is in the unresolved index's predicate.)
 		complete: fmt.Sprintf(`
 UPDATE %[1]s SET state = $8, result = $9, failure = $10, error_type = $11, error_message = $12,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
