@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// cpuTimes returns this process's CPU time and the whole machine's busy time (every CPU, idle
-// and iowait left out).
+// cpuTimes returns this process's CPU time and the whole machine's busy time: every CPU's user,
+// nice, system, irq and softirq time (idle and iowait left out, steal too, which is another
+// virtual machine's, and guest time, which user already counts).
 func cpuTimes() (self, all time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -27,7 +28,7 @@ func cpuTimes() (self, all time.Duration, ok bool) {
 	}
 	var ticks int64
 	for i, f := range fields[1:] {
-		if i == 3 || i == 4 { // idle, iowait
+		if i == 3 || i == 4 || i >= 7 { // idle, iowait; steal, guest, guest_nice
 			continue
 		}
 		v, err := strconv.ParseInt(f, 10, 64)

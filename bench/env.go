@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -191,6 +193,32 @@ func bareCall(d *downstream) op {
 func receipt(s *activity.Store) op {
 	return func(ctx context.Context) error {
 		_, err := activity.Do(ctx, s, call(next("receipt-")), func(context.Context) (int, error) { return 1, nil })
+		return err
+	}
+}
+
+// receiptByHand is the receipt's own SQL written by hand, one attempt at a time: the pending
+// row inserted on a session that commits asynchronously (as a reservation for a deduplicating
+// downstream is), then its outcome written on pool. Two round trips and one flush, as a receipt
+// through tempotent, but no statement shared with another attempt: what the table's two writes
+// cost without group commit.
+func receiptByHand(async, pool *pgxpool.Pool) op {
+	reserve := `INSERT INTO ` + schema + `.receipts (namespace, tenant, operation, id, token, fingerprint,
+	fingerprint_version, state, reservation, lease_expires_at, expires_at)
+VALUES ('bench', '', 'Charge', $1, $2, $3, 1, 'pending', $4, now() + interval '1 minute', now() + interval '7 days')`
+	complete := `UPDATE ` + schema + `.receipts SET state = 'completed', result = $3, lease_expires_at = NULL,
+	completed_at = now(), updated_at = now(), expires_at = greatest(expires_at, now() + interval '7 days')
+WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1) AND reservation = $2 AND state = 'pending'`
+	result := []byte(`{"id":"ch_1"}`)
+	return func(ctx context.Context) error {
+		id := next("by-hand-")
+		var random [48]byte // a reservation identity and a token as long as a real one
+		_, _ = rand.Read(random[:])
+		reservation, token := [16]byte(random[:16]), base64.RawURLEncoding.EncodeToString(random[16:])
+		if _, err := async.Exec(ctx, reserve, id, token, fingerprint.Sum[:], reservation); err != nil {
+			return err
+		}
+		_, err := pool.Exec(ctx, complete, id, reservation, result)
 		return err
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/outbox"
@@ -185,13 +187,56 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 			perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, target)
 		t.set("4", fmt.Sprintf("receipts/s, %d workers", workers), col, 1e9/median(s[0]), perSecond, "")
 	}
-	// What runs out at 16 workers: CPU per receipt and per INSERT, the client's and the rest of
-	// the machine's (Postgres), from one more block of each.
-	for _, b := range []bench{{name: "receipts", op: receipt(db.store), workers: 16}, {name: "INSERTs", op: insert(db.pool), workers: 16}} {
-		if c, ok := cpuOf(ctx, b); ok {
-			t.set("4", fmt.Sprintf("CPU per %s at 16 workers, µs: Postgres and the kernel / the client", strings.TrimSuffix(b.name, "s")), col,
-				float64(c.server.Microseconds()), pair(float64(c.client.Microseconds())), "")
+	// The floor without group commit: the same two writes per receipt, by hand, one attempt at
+	// a time, against the bare INSERT and against receipts through tempotent.
+	asyncCfg := db.pool.Config()
+	asyncCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	async, err := pgxpool.NewWithConfig(ctx, asyncCfg)
+	if err != nil {
+		fatalf("connect: %v", err)
+	}
+	defer async.Close()
+	s := interleave(ctx, rounds,
+		bench{name: "receipts", op: receipt(db.store), workers: 16},
+		bench{name: "by hand", op: receiptByHand(async, db.pool), workers: 16},
+		bench{name: "INSERTs", op: insert(db.pool), workers: 16})
+	t.set("4", "receipt SQL by hand, unbatched: receipts/s ÷ durable INSERTs/s, 16 workers", col,
+		perRound(s, func(r []float64) float64 { return r[2] / r[1] }), ratio, "")
+	t.set("4", "receipts/s through tempotent ÷ by hand, 16 workers", col,
+		perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, "")
+	// What runs out at 16 workers: CPU per operation, the client's and the rest of the
+	// machine's (Postgres), and how busy the machine's CPUs were, each the median of three runs
+	// of about a second, interleaved.
+	cpuBenches := []bench{
+		{name: "receipt", op: receipt(db.store), workers: 16},
+		{name: "receipt by hand", op: receiptByHand(async, db.pool), workers: 16},
+		{name: "INSERT", op: insert(db.pool), workers: 16},
+	}
+	costs := make([][]cpuCost, len(cpuBenches))
+	for range 3 {
+		for i, b := range cpuBenches {
+			if c, ok := cpuOf(ctx, b); ok {
+				costs[i] = append(costs[i], c)
+			}
 		}
+	}
+	for i, b := range cpuBenches {
+		if len(costs[i]) == 0 {
+			continue // no /proc/stat
+		}
+		of := func(f func(cpuCost) float64) float64 {
+			xs := make([]float64, len(costs[i]))
+			for j, c := range costs[i] {
+				xs[j] = f(c)
+			}
+			return median(xs)
+		}
+		server := of(func(c cpuCost) float64 { return float64(c.server.Microseconds()) })
+		client := of(func(c cpuCost) float64 { return float64(c.client.Microseconds()) })
+		t.set("4", fmt.Sprintf("CPU per %s at 16 workers, µs: Postgres and the kernel / the client", b.name), col,
+			server, pair(client), "")
+		t.set("4", fmt.Sprintf("the machine's CPUs busy, %s at 16 workers", b.name), col,
+			of(func(c cpuCost) float64 { return 100 * c.busy }), percent, "")
 	}
 }
 

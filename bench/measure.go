@@ -41,40 +41,47 @@ func interleave(ctx context.Context, rounds int, benches ...bench) [][]float64 {
 
 // block runs one block of b and returns its ns/op.
 func block(ctx context.Context, b bench) float64 {
-	var (
-		failed error
-		once   sync.Once
-	)
-	fail := func(err error) { once.Do(func() { failed = err }) }
+	var failed error // the first error; the harness may call the function again after it
 	res := testing.Benchmark(func(tb *testing.B) {
+		if failed != nil {
+			return
+		}
 		if b.workers <= 1 {
 			for tb.Loop() {
-				if err := b.op(ctx); err != nil {
-					fail(err)
+				if failed = b.op(ctx); failed != nil {
 					return
 				}
 			}
 			return
 		}
-		var next atomic.Int64
-		n := int64(tb.N)
-		var wg sync.WaitGroup
-		for range b.workers {
-			wg.Go(func() {
-				for next.Add(1) <= n {
-					if err := b.op(ctx); err != nil {
-						fail(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		failed = run(ctx, b, tb.N)
 	})
 	if failed != nil {
 		fatalf("%s: %v", b.name, failed)
 	}
 	return float64(res.T.Nanoseconds()) / float64(res.N)
+}
+
+// run runs b's op n times in all, spread over b.workers goroutines, and returns the first error.
+func run(ctx context.Context, b bench, n int) error {
+	var (
+		next   atomic.Int64
+		failed error
+		once   sync.Once
+		wg     sync.WaitGroup
+	)
+	for range max(b.workers, 1) {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := b.op(ctx); err != nil {
+					once.Do(func() { failed = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return failed
 }
 
 // perRound applies f to each round's figures and returns the median of the results.

@@ -20,6 +20,7 @@ var (
 	micros    format = func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 	millis    format = func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
 	perSecond format = func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
+	percent   format = func(v float64) string { return fmt.Sprintf("%.0f%%", v) }
 	seconds   format = func(v float64) string { return fmt.Sprintf("%.2f s", v) }
 	bytesOf   format = func(v float64) string {
 		if v < 1e6 {
@@ -34,9 +35,10 @@ func upTo(highest float64) format {
 	return func(v float64) string { return fmt.Sprintf("%.2f× – %.2f×", v, highest) }
 }
 
-// pair shows a median beside a maximum.
-func pair(maximum float64) format {
-	return func(v float64) string { return fmt.Sprintf("%.0f / %.0f", v, maximum) }
+// pair shows the figure beside a second one: a median beside a maximum, the server's CPU beside
+// the client's.
+func pair(second float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.0f / %.0f", v, second) }
 }
 
 type row struct {
