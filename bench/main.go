@@ -175,7 +175,7 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 
 // throughput: row 4, receipts per second from concurrent workers against bare durable INSERTs.
 func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
-	for _, workers := range []int{1, 4, 16} {
+	for _, workers := range []int{1, 4, 16, 64} {
 		s := interleave(ctx, rounds,
 			bench{name: "receipts", op: receipt(db.store), workers: workers},
 			bench{name: "INSERTs", op: insert(db.pool), workers: workers})
