@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,10 @@ type db struct {
 	pool    *pgxpool.Pool
 	counter *pgtest.Counter
 	store   *activity.Store
+	// async is a second pool whose sessions commit asynchronously, for the receipt written by
+	// hand (receiptByHand): its reservation commits as tempotent's does for a deduplicating
+	// downstream.
+	async *pgxpool.Pool
 }
 
 func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
@@ -52,7 +58,13 @@ func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
 	if err != nil {
 		fatalf("store: %v", err)
 	}
-	return &db{pool: pool, counter: counter, store: store}
+	asyncCfg := cfg.Copy()
+	asyncCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	async, err := pgxpool.NewWithConfig(ctx, asyncCfg)
+	if err != nil {
+		fatalf("connect: %v", err)
+	}
+	return &db{pool: pool, counter: counter, store: store, async: async}
 }
 
 // prepare creates the benchmark schema afresh: the receipts table, a table for bare INSERTs, and
@@ -200,25 +212,89 @@ func receipt(s *activity.Store) op {
 // receiptByHand is the receipt's own SQL written by hand, one attempt at a time: the pending
 // row inserted on a session that commits asynchronously (as a reservation for a deduplicating
 // downstream is), then its outcome written on pool. Two round trips and one flush, as a receipt
-// through tempotent, but no statement shared with another attempt: what the table's two writes
-// cost without group commit.
-func receiptByHand(async, pool *pgxpool.Pool) op {
+// through tempotent, but no statement shared with another attempt and nothing around them: what
+// the table's two writes cost without group commit.
+func receiptByHand(async, pool *pgxpool.Pool) op { return stepByHand(async, pool, nil) }
+
+// stepByHand is receiptByHand around a downstream call (when d is not nil) that carries the
+// receipt's token: the least a step costs with this table.
+func stepByHand(async, pool *pgxpool.Pool, d *downstream) op {
 	reserve := `INSERT INTO ` + schema + `.receipts (namespace, tenant, operation, id, token, fingerprint,
 	fingerprint_version, state, reservation, lease_expires_at, expires_at)
-VALUES ('bench', '', 'Charge', $1, $2, $3, 1, 'pending', $4, now() + interval '1 minute', now() + interval '7 days')`
+VALUES ('bench', '', 'Charge', $1, $2, $3, 1, 'pending', $4, now() + interval '1 minute', now() + interval '7 days')
+ON CONFLICT DO NOTHING`
 	complete := `UPDATE ` + schema + `.receipts SET state = 'completed', result = $3, lease_expires_at = NULL,
 	completed_at = now(), updated_at = now(), expires_at = greatest(expires_at, now() + interval '7 days')
 WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1) AND reservation = $2 AND state = 'pending'`
 	result := []byte(`{"id":"ch_1"}`)
 	return func(ctx context.Context) error {
 		id := next("by-hand-")
-		var random [48]byte // a reservation identity and a token as long as a real one
-		_, _ = rand.Read(random[:])
-		reservation, token := [16]byte(random[:16]), base64.RawURLEncoding.EncodeToString(random[16:])
+		reservation, token := randomReservation()
 		if _, err := async.Exec(ctx, reserve, id, token, fingerprint.Sum[:], reservation); err != nil {
 			return err
 		}
+		if d != nil {
+			if _, err := d.charge(ctx, token, 0); err != nil {
+				return err
+			}
+		}
 		_, err := pool.Exec(ctx, complete, id, reservation, result)
+		return err
+	}
+}
+
+// randomReservation returns a reservation identity and a token as long as a real one.
+func randomReservation() ([16]byte, string) {
+	var random [48]byte
+	_, _ = rand.Read(random[:])
+	return [16]byte(random[:16]), base64.RawURLEncoding.EncodeToString(random[16:])
+}
+
+// txByHand is DoInNewTx's work written by hand: the business transaction with the receipt's
+// read at its start and the receipt's INSERT at its end, sent with BEGIN and with COMMIT so that
+// it takes the bare transaction's round trips, as DoInNewTx does.
+func txByHand(p *pgxpool.Pool) op {
+	read := `SELECT state, result FROM ` + schema + `.receipts WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1)`
+	insert := `INSERT INTO ` + schema + `.receipts (namespace, tenant, operation, id, token, fingerprint,
+	fingerprint_version, state, result, completed_at, expires_at)
+VALUES ('bench', '', 'Charge', $1, $2, $3, 1, 'completed', $4, now(), now() + interval '7 days')`
+	return func(ctx context.Context) error {
+		conn, err := p.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		id := next("tx-by-hand-")
+		_, token := randomReservation()
+		begin := &pgx.Batch{}
+		begin.BeginTx(pgx.TxOptions{})
+		begin.Queue(read, id)
+		results := conn.Conn().SendBatch(ctx, begin)
+		tx := results.Tx()
+		_, err = results.Exec()
+		if err == nil {
+			if err = results.QueryRow().Scan(new(string), new([]byte)); errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			} else if err == nil {
+				err = fmt.Errorf("receipt %s exists", id)
+			}
+		}
+		if err = errors.Join(err, results.Close()); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		left, err := business(ctx, tx)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		end := &pgx.Batch{}
+		end.Queue(insert, id, token, fingerprint.Sum[:], []byte(strconv.FormatInt(left, 10)))
+		end.Queue("COMMIT")
+		err = conn.Conn().SendBatch(ctx, end).Close()
+		if conn.Conn().PgConn().TxStatus() != 'I' { // the INSERT failed and the COMMIT was skipped
+			_, _ = conn.Conn().Exec(ctx, "ROLLBACK")
+		}
 		return err
 	}
 }

@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/outbox"
@@ -95,6 +93,7 @@ func main() {
 			races(ctx, t, db.store, d)
 		}
 		db.pool.Close()
+		db.async.Close()
 	}
 	if want("6") {
 		progress("end to end on the Temporal dev server")
@@ -112,6 +111,7 @@ func main() {
 	_, _ = cleanup.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 	_, _ = cleanup.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+messagesSchema+" CASCADE")
 	cleanup.pool.Close()
+	cleanup.async.Close()
 	t.print(os.Stdout, *rounds, time.Since(start))
 }
 
@@ -139,15 +139,19 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 		{name: "DoInNewTx", op: doTx(db.store)},
 		{name: "bare transaction", op: bareTx(db.pool)},
 		{name: "replay on attempt 1", op: replay(db.store, d, 1)},
+		{name: "step by hand", op: stepByHand(db.async, db.pool, d)},
+		{name: "transaction by hand", op: txByHand(db.pool)},
 	}
 	s := interleave(ctx, rounds, benches...)
-	const first, call, flr, sel, rep, dotx, tx, rep1 = 0, 1, 2, 3, 4, 5, 6, 7
+	const first, call, flr, sel, rep, dotx, tx, rep1, byHand, txHand = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 	t.set("1", "first execution: overhead over the bare call ÷ the floor's (check + durable INSERT)", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[flr] - r[call]) }), ratio, "")
 	t.set("1", "first execution: overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / 1e3 }), micros, "")
 	t.set("1", "the floor's overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[flr] - r[call]) / 1e3 }), micros, "")
+	t.set("1", "first execution: overhead ÷ the receipt's own two writes by hand (reserve, call, complete)", col,
+		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[byHand] - r[call]) }), ratio, "")
 	t.set("2", "replay on a retry (attempt 2: the plain lookup) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.2")
 	t.set("2", "replay on attempt 1 (a reset workflow: the reserve statement) ÷ SELECT 1", col,
@@ -156,6 +160,10 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col, perRound(s, dotxRatio), ratio, "≤ 1.1")
 	t.set("3", "DoInNewTx ÷ the same transaction: spread across rounds, lowest – highest", col,
 		lowest(s, dotxRatio), upTo(highest(s, dotxRatio)), "")
+	t.set("3", "the same transaction with the receipt's read and INSERT by hand ÷ without", col,
+		perRound(s, func(r []float64) float64 { return r[txHand] / r[tx] }), ratio, "")
+	t.set("3", "DoInNewTx ÷ the same transaction with the receipt by hand", col,
+		perRound(s, func(r []float64) float64 { return r[dotx] / r[txHand] }), ratio, "")
 
 	stats := db.pool
 	c := count(ctx, stats, db.counter, 200, firstStep(db.store, d))
@@ -189,16 +197,9 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 	}
 	// The floor without group commit: the same two writes per receipt, by hand, one attempt at
 	// a time, against the bare INSERT and against receipts through tempotent.
-	asyncCfg := db.pool.Config()
-	asyncCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	async, err := pgxpool.NewWithConfig(ctx, asyncCfg)
-	if err != nil {
-		fatalf("connect: %v", err)
-	}
-	defer async.Close()
 	s := interleave(ctx, rounds,
 		bench{name: "receipts", op: receipt(db.store), workers: 16},
-		bench{name: "by hand", op: receiptByHand(async, db.pool), workers: 16},
+		bench{name: "by hand", op: receiptByHand(db.async, db.pool), workers: 16},
 		bench{name: "INSERTs", op: insert(db.pool), workers: 16})
 	t.set("4", "receipt SQL by hand, unbatched: receipts/s ÷ durable INSERTs/s, 16 workers", col,
 		perRound(s, func(r []float64) float64 { return r[2] / r[1] }), ratio, "")
@@ -209,7 +210,7 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 	// of about a second, interleaved.
 	cpuBenches := []bench{
 		{name: "receipt", op: receipt(db.store), workers: 16},
-		{name: "receipt by hand", op: receiptByHand(async, db.pool), workers: 16},
+		{name: "receipt by hand", op: receiptByHand(db.async, db.pool), workers: 16},
 		{name: "INSERT", op: insert(db.pool), workers: 16},
 	}
 	costs := make([][]cpuCost, len(cpuBenches))
@@ -261,16 +262,27 @@ func againstDBOS(ctx context.Context, t *table, col, rounds int, url string, syn
 		}
 		return nil
 	}
+	byHand := func(ctx context.Context) error {
+		for range steps {
+			if err := stepByHand(db.async, db.pool, d)(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	s := interleave(ctx, rounds,
 		bench{name: "tempotent, 10 steps", op: ours},
 		bench{name: "DBOS, 10 steps", op: p.workflow(steps)},
-		bench{name: "10 bare calls", op: bare})
+		bench{name: "10 bare calls", op: bare},
+		bench{name: "10 steps by hand", op: byHand})
 	t.set("7", "tempotent step overhead ÷ DBOS step overhead", col,
 		perRound(s, func(r []float64) float64 { return (r[0] - r[2]) / (r[1] - r[2]) }), ratio, "≤ 0.5")
 	t.set("7", "DBOS step overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[1] - r[2]) / steps / 1e3 }), micros, "")
 	t.set("7", "tempotent step overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[0] - r[2]) / steps / 1e3 }), micros, "")
+	t.set("7", "the receipt's two writes by hand around the call: overhead ÷ DBOS step overhead", col,
+		perRound(s, func(r []float64) float64 { return (r[3] - r[2]) / (r[1] - r[2]) }), ratio, "")
 	c := count(ctx, db.pool, p.counter, 20, p.workflow(steps))
 	t.set("7", "DBOS round trips per step", col, c.roundTrips/steps, number, "")
 	t.set("7", "DBOS WAL syncs per step", col, c.walSyncs/steps, number, "")
