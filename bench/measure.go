@@ -17,6 +17,18 @@ import (
 // An op is one operation of a benchmark: a call, a statement, a workflow.
 type op func(ctx context.Context) error
 
+// times is o n times in a row, as one op.
+func times(n int, o op) op {
+	return func(ctx context.Context) error {
+		for range n {
+			if err := o(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // A bench is an op run by workers goroutines at once (one when workers is 0).
 type bench struct {
 	name    string
