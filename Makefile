@@ -33,8 +33,9 @@ CHAOS_TIMEOUT ?= 60m
 demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, worker, N orders (N=50), summary.
 	$(GO) run ./samples/payment/cmd/demo -orders $(or $(N),50)
 
-test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server.
+test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server; activity's again on partitioned receipts.
 	$(GO) test -race -count=1 ./...
+	TEMPOTENT_TEST_PARTITIONED=1 $(GO) test -race -count=1 ./activity/
 	$(GO) test -race -count=1 -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 

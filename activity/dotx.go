@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
 	commonpb "go.temporal.io/api/common/v1"
 
 	"github.com/tempotent/tempotent/keys"
@@ -113,8 +113,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 			conn.Conn().Close(wctx) //nolint:errcheck // the connection is unusable either way
 		}
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(insertErr, &pgErr) && pgErr.Code == "23505" { // unique_violation: a duplicate won
+	if isUniqueViolation(insertErr) { // a duplicate won
 		r, err := s.readOn(wctx, conn.Conn(), k)
 		if err != nil {
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
@@ -144,10 +143,10 @@ func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnE
 		return nil, err
 	}
 	tag, err := s.execOn(ctx, conn, s.sql.settings, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
-	if err != nil {
+	if err != nil && !isUniqueViolation(err) {
 		return nil, &StoreError{Op: "complete", Key: k, Err: err}
 	}
-	if tag.RowsAffected() == 0 {
+	if err != nil || tag.RowsAffected() == 0 {
 		r, err := s.readOn(ctx, conn, k)
 		if err != nil {
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
@@ -231,8 +230,7 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 		if rbErr := sp.Rollback(ctx); rbErr != nil {
 			return nil, &StoreError{Op: "roll back to savepoint", Key: k, Err: errors.Join(err, rbErr)}
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // a duplicate committed first
+		if isUniqueViolation(err) { // a duplicate committed first
 			return s.answerDuplicateInTx(ctx, tx, c, obs)
 		}
 		return nil, &StoreError{Op: "complete", Key: k, Err: err}
@@ -248,6 +246,13 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 // returns fnErr, or the duplicate's answer.
 func (s *Store) recordInTx(ctx context.Context, tx pgx.Tx, c Call, out outcome, obs observer, fnErr error) error {
 	tag, err := tx.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
+	if isUniqueViolation(err) {
+		// Only on a partitioned table (Store.Partition), where a duplicate's finished receipt in
+		// another partition fails the insert instead of being skipped: the transaction is
+		// aborted, and the duplicate's receipt, committed, answers the retry.
+		obs.count(MetricInProgress)
+		return &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(0)}
+	}
 	if err != nil {
 		return &StoreError{Op: "complete", Key: c.Key, Err: err}
 	}

@@ -3,6 +3,7 @@ package activity
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -183,6 +184,10 @@ func (e *StoreError) Error() string {
 	var pgErr *pgconn.PgError
 	if errors.As(e.Err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: run Store.Migrate (or apply activity.Migrations) first: %v", e.Op, ref(e.Key), e.Err)
+	}
+	if errors.As(e.Err, &pgErr) && pgErr.Code == "23514" && strings.HasPrefix(pgErr.Message, "no partition") { // check_violation
+		return fmt.Sprintf("%s receipt %s: the partitioned receipts table has no partition for today: Store.Purge creates them %d days ahead; run it (the worker does, every Config.PurgeEvery; or tempotent purge): %v",
+			e.Op, ref(e.Key), partitionsAhead, e.Err)
 	}
 	return fmt.Sprintf("%s receipt %s: %v", e.Op, ref(e.Key), e.Err)
 }

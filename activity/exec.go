@@ -126,3 +126,10 @@ func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
+
+// isUniqueViolation reports whether err is Postgres refusing a second receipt for a key: the
+// unique index, or on a partitioned table the trigger that stands in for it (Store.Partition).
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

@@ -2,6 +2,7 @@ package activity_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,8 +19,19 @@ func TestMain(m *testing.M) {
 	leaktest.VerifyTestMain(m)
 }
 
-// setup returns a migrated store in a fresh schema.
+// setup returns a migrated store in a fresh schema; with TEMPOTENT_TEST_PARTITIONED set, its
+// receipts are partitioned (make test runs the package both ways).
 func setup(t *testing.T, cfg *activity.Config) (*activity.Store, string) {
+	t.Helper()
+	s, schema := setupPlain(t, cfg)
+	if os.Getenv("TEMPOTENT_TEST_PARTITIONED") != "" {
+		require.NoError(t, s.Partition(context.Background()))
+	}
+	return s, schema
+}
+
+// setupPlain returns a migrated store in a fresh schema, its receipts table not partitioned.
+func setupPlain(t *testing.T, cfg *activity.Config) (*activity.Store, string) {
 	t.Helper()
 	schema := pgtest.Schema(t)
 	c := activity.Config{}

@@ -34,22 +34,40 @@ const (
 //
 // Call it periodically, repeating while it returns limit; each call is one short statement, so
 // it never holds many locks or a long transaction.
+//
+// On a partitioned table (Partition) it deletes no rows: it creates the partitions of the days
+// ahead, and drops each day whose retention, and a day's grace, have passed since it ended,
+// after moving the receipts that must stay (unresolved ones, and those whose retention was
+// extended) into today's partition; limit is not used. It returns how many receipts the dropped
+// days held, as Postgres' statistics estimate them. Creating and dropping a day each take the
+// table's lock for milliseconds, waiting at most Config.LockTimeout for it.
 func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = PurgeBatchDefault
 	}
-	tag, err := s.exec(ctx, s.sql.purge, limit)
-	if err != nil {
+	var n int64
+	switch on, err := s.partitioned(ctx); {
+	case err != nil:
 		return 0, fmt.Errorf("purge receipts: %w", err)
+	case on:
+		if n, err = s.purgePartitions(ctx); err != nil {
+			return n, fmt.Errorf("purge receipts: %w", err)
+		}
+	default:
+		tag, err := s.exec(ctx, s.sql.purge, limit)
+		if err != nil {
+			return 0, fmt.Errorf("purge receipts: %w", err)
+		}
+		n = tag.RowsAffected()
 	}
 	u, err := s.unresolvedNow(ctx)
 	if err != nil {
-		return tag.RowsAffected(), fmt.Errorf("purge receipts: %w", err)
+		return n, fmt.Errorf("purge receipts: %w", err)
 	}
 	s.cfg.MetricsHandler.Gauge(MetricUnresolvedHeld).Update(float64(u.held))
 	s.cfg.MetricsHandler.Gauge(MetricUnresolved).Update(float64(u.count))
 	s.cfg.MetricsHandler.Gauge(MetricUnresolvedOldest).Update(u.oldest.Seconds())
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Unresolved returns how many receipts are unresolved now: recorded as OutcomeUnknown, or

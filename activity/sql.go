@@ -12,6 +12,10 @@ import "fmt"
 // an asynchronous commit was flushed) or its row was deleted, and a stale attempt still holding
 // that number must not write to, release or extend the new row. The fence stays as a count of
 // takeovers.
+//
+// A statement that finds a row and then updates or deletes it by its physical address matches
+// (tableoid, ctid), never ctid alone: on a partitioned table (Store.Partition) the same ctid
+// names a row in every partition.
 type statements struct {
 	settings, settingsAsync, txSettings                                                           string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
@@ -94,7 +98,7 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 		// do not wait either (see completions).
 		completeSkipLocked: fmt.Sprintf(`
 WITH target AS (
-	SELECT ctid FROM %[1]s
+	SELECT tableoid, ctid FROM %[1]s
 	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 		AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND state = 'pending'
 	FOR UPDATE SKIP LOCKED
@@ -102,7 +106,7 @@ WITH target AS (
 UPDATE %[1]s AS r SET state = $8, result = $9, failure = $10, error_type = $11, error_message = $12,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
 	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
-FROM target WHERE r.ctid = target.ctid`, table),
+FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table),
 
 		// completeBatch is complete for many attempts at once: $1–$12 are arrays with one element
 		// per attempt and at most one per key; it returns the reservations it completed. Rows
@@ -118,7 +122,7 @@ WITH b AS (
 	AS b(namespace, tenant, operation, id, reservation, fingerprint, fingerprint_version,
 		state, result, failure, error_type, error_message)
 ), target AS (
-	SELECT r.ctid, b.* FROM %[1]s AS r JOIN b USING (namespace, tenant, operation, id)
+	SELECT r.tableoid AS rel, r.ctid AS tid, b.* FROM %[1]s AS r JOIN b USING (namespace, tenant, operation, id)
 	WHERE r.reservation = b.reservation AND r.fingerprint = b.fingerprint
 		AND r.fingerprint_version = b.fingerprint_version AND r.state = 'pending'
 	FOR UPDATE OF r SKIP LOCKED
@@ -127,7 +131,7 @@ UPDATE %[1]s AS r SET state = t.state, result = t.result, failure = t.failure, e
 	error_message = t.error_message, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
 	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
 FROM target AS t
-WHERE r.ctid = t.ctid
+WHERE r.tableoid = t.rel AND r.ctid = t.tid
 RETURNING r.reservation`, table),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
@@ -166,12 +170,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::b
 		// forget that an effect may have happened. SKIP LOCKED lets several purgers run without
 		// waiting on each other.
 		purge: fmt.Sprintf(`
-DELETE FROM %[1]s WHERE ctid IN (
-	SELECT ctid FROM %[1]s
-	WHERE expires_at <= now() AND (state = 'completed'
-		OR (state = 'failed' AND error_type IS DISTINCT FROM 'tempotent.OutcomeUnknown')
-		OR (state = 'pending' AND NOT effect_possible AND lease_expires_at <= now()))
-	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table),
+DELETE FROM %[1]s WHERE (tableoid, ctid) IN (
+	SELECT tableoid, ctid FROM %[1]s WHERE %[2]s
+	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table, purgeable),
 
 		// countUnresolved counts every unresolved receipt, those of them past their retention
 		// (which purge keeps), and how long ago the longest-waiting one became unresolved (its
