@@ -11,13 +11,14 @@
 //
 // Commands:
 //
-//	receipts list     receipts, oldest first, filtered by state, tenant, operation, workflow, age; paged
-//	receipts show     every field of one receipt (by token or key), or of a workflow's receipts
-//	receipts resolve  settle an unknown outcome: --applied --result JSON, or --not-applied
-//	purge             delete receipts past their retention (never an unresolved one)
-//	stats             counts by operation and state, the oldest unresolved receipt
-//	migrate           apply the migrations, or --print their SQL for your own tool
-//	doctor            schema version, indexes, clock skew, retention against key memory
+//	receipts list       receipts, oldest first, filtered by state, tenant, operation, workflow, age; paged
+//	receipts show       every field of one receipt (by token or key), or of a workflow's receipts
+//	receipts resolve    settle an unknown outcome: --applied --result JSON, or --not-applied
+//	receipts partition  partition receipts by day, so that purge drops days instead of deleting rows
+//	purge               delete receipts past their retention, or drop whole days when partitioned (never an unresolved one)
+//	stats               counts by operation and state, the oldest unresolved receipt
+//	migrate             apply the migrations, or --print their SQL for your own tool
+//	doctor              schema version, indexes, clock skew, retention against key memory
 //
 // Every command takes --help. list, show and stats take --json for scripts. Flags and arguments
 // come in any order; a token that begins with "-" (one in 64 does) is still a token, and "--"

@@ -55,7 +55,8 @@ func (a *app) commands() []command {
 		{"receipts list", "list receipts, oldest first, with filters; paged", a.list},
 		{"receipts show", "every field of a receipt (by token or --key), or of a workflow's receipts (--workflow)", a.show},
 		{"receipts resolve", "settle an unknown outcome: --applied --result JSON, or --not-applied", a.resolve},
-		{"purge", "delete receipts past their retention; never an unresolved one", a.purge},
+		{"receipts partition", "partition receipts by day, so that purge drops days instead of rows", a.partition},
+		{"purge", "delete receipts past their retention (drop whole days, if partitioned); never an unresolved one", a.purge},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
 		{"doctor", "check schema version, indexes, clock skew, retention against key memory", a.doctor},
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return a.exit(c.name, err)
 	}
 	if args[0] == "receipts" {
-		fmt.Fprintf(stderr, "tempotent receipts: give list, show or resolve\n\n")
+		fmt.Fprintf(stderr, "tempotent receipts: give list, show, resolve or partition\n\n")
 	} else {
 		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
 	}

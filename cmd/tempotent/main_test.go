@@ -374,20 +374,42 @@ func TestMigrateDoctorPurgeStats(t *testing.T) {
 	require.NoError(t, err, "purge deleted an unresolved receipt")
 }
 
+func TestPartitionCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tempotent := cli{t: t, schema: pgtest.Schema(t)}
+	tempotent.ok("migrate")
+	require.Contains(t, tempotent.ok("receipts", "partition"), "receipts are partitioned by day")
+	require.Contains(t, tempotent.ok("receipts", "partition"), "already partitioned")
+	require.Contains(t, tempotent.ok("doctor"), "indexes present")
+
+	// Once the old table's partition is gone, its index names are too: the doctor looks for the
+	// partitioned table's own.
+	_, err := pgtest.Pool(t).Exec(ctx, "DROP TABLE "+tempotent.schema+".receipts_legacy")
+	require.NoError(t, err)
+	require.Contains(t, tempotent.ok("doctor"), "indexes present")
+	_, err = pgtest.Pool(t).Exec(ctx, "DROP INDEX "+tempotent.schema+".receipts_partitioned_token_idx")
+	require.NoError(t, err)
+	code, out, _ := tempotent.run("doctor")
+	require.Equal(t, exitDoctor, code)
+	require.Contains(t, out, "receipts_partitioned_token_idx")
+	require.Contains(t, tempotent.ok("purge"), "purged 0 receipts")
+}
+
 func TestCommandLine(t *testing.T) {
 	t.Parallel()
 	tempotent := cli{t: t, schema: "tempotent"}
 	code, out, _ := tempotent.run()
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, out, "receipts resolve")
-	for _, name := range []string{"receipts list", "receipts show", "receipts resolve", "purge", "stats", "migrate", "doctor"} {
+	for _, name := range []string{"receipts list", "receipts show", "receipts resolve", "receipts partition", "purge", "stats", "migrate", "doctor"} {
 		code, out, _ := tempotent.run(append(strings.Fields(name), "--help")...)
 		require.Equal(t, exitOK, code, name)
 		require.Contains(t, out, "Usage: tempotent "+name, name)
 	}
 	code, _, errOut := tempotent.run("receipts", "frobnicate")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, "give list, show or resolve")
+	require.Contains(t, errOut, "give list, show, resolve or partition")
 	code, _, errOut = tempotent.run("stats", "--database-url", "postgres://nobody@127.0.0.1:1/none")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut, "does not answer")
