@@ -60,5 +60,7 @@
 //
 // Receipts live for Config.Retention after they finish (7 days by default). Run Purge
 // periodically to delete expired ones; the replay-horizon guard refuses activities scheduled
-// longer ago than the retention, because their receipts may be gone.
+// longer ago than the retention, because their receipts may be gone. A large table can be
+// partitioned by day (Partition, once), so that Purge drops whole days instead of deleting rows;
+// a lookup and an insert then cost more (every day's partition is probed): see Partition.
 package activity

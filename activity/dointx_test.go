@@ -106,6 +106,9 @@ func TestDoInTx(t *testing.T) {
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
 		t.Run("ConcurrentDuplicate"+string(iso), func(t *testing.T) {
 			s, schema := setup(t, nil)
+			if on, err := s.Partitioned(ctx); err != nil || (on && iso != pgx.ReadCommitted) {
+				t.Skip("a partitioned table refuses receipts outside READ COMMITTED: TestPartitionedReceiptsAreWrittenUnderReadCommitted")
+			}
 			stockSetup(t, schema)
 			c := call(t, "order-4/reserve", 1)
 

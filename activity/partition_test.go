@@ -199,6 +199,27 @@ func TestPartitionedCompletionTouchesOnlyItsOwnRow(t *testing.T) {
 	require.Zero(t, overwritten, "completions wrote into another partition's receipts")
 }
 
+// TestPartitionedReceiptsAreWrittenUnderReadCommitted: a REPEATABLE READ transaction's snapshot
+// cannot see a duplicate committed in another partition after it began, so the trigger refuses
+// to write its receipt rather than let a second one in.
+func TestPartitionedReceiptsAreWrittenUnderReadCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := partitioned(t, nil)
+	stockSetup(t, schema)
+	tx, err := pgtest.Pool(t).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // the test ends with it
+	_, err = activity.DoInTx(ctx, s, tx, call(t, "order-1/reserve", 1), reserve(schema, 1))
+	require.ErrorIs(t, err, activity.ErrStore)
+	require.ErrorContains(t, err, "must be written under READ COMMITTED, not repeatable read")
+	require.NoError(t, tx.Rollback(ctx))
+	stock, shipments := units(t, schema)
+	require.Equal(t, 10, stock)
+	require.Zero(t, shipments)
+	require.Zero(t, countReceipts(t, schema))
+}
+
 // ageLegacy makes the legacy partition a closed day whose retention ended long ago, as it is
 // weeks after Partition: its receipts' bucket, and its bound, move 30 days back; a partition
 // fills the gap to the first day partition.
