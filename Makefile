@@ -66,7 +66,7 @@ bench: bin/temporal ## One table, about 2 minutes: cost per step as ratios to th
 # minutes on 2 cores), lookup and insert latency against an empty table, and the purge of one
 # expired day by DELETE against a partition drop. CI runs it on 200,000.
 SCALE_ROWS ?= 10000000
-bench-scale: ## Receipts at scale (SCALE_ROWS=10000000, minutes): latency against an empty table, purge by DELETE against a partition drop.
+bench-scale: ## Receipts at scale (SCALE_ROWS=10000000, ~12 min): latency against an empty table and partitioned, purge by DELETE against a retired day, Store.Partition online.
 	cd bench && $(GO) run . -rows 11 -scale-rows $(SCALE_ROWS) -temporal-cli $(CURDIR)/$(BIN)/temporal
 
 # make test explores 300 histories (the test's default); this runs N of them from SEED, or

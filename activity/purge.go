@@ -39,8 +39,10 @@ const (
 // ahead, and drops each day whose retention, and a day's grace, have passed since it ended,
 // after moving the receipts that must stay (unresolved ones, and those whose retention was
 // extended) into today's partition; limit is not used. It returns how many receipts the dropped
-// days held, as Postgres' statistics estimate them. Creating and dropping a day each take the
-// table's lock for milliseconds, waiting at most Config.LockTimeout for it.
+// days held, as Postgres' statistics estimate them. Creating a day blocks no receipt statement;
+// dropping one takes the table's lock for milliseconds, and receipt statements wait behind it
+// while it waits for that lock — at most Config.LockTimeout, after which it tries again at the
+// next Purge.
 func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = PurgeBatchDefault
