@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/activity"
@@ -326,4 +329,80 @@ func TestPartitionedTableWithoutTodayFailsWithWhatToDo(t *testing.T) {
 	_, err = activity.Do(ctx, s, call(t, "order-1/charge", 1), func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, activity.ErrStore)
 	require.ErrorContains(t, err, "Store.Purge creates them")
+}
+
+// TestRetirementRacesTakeovers retires a day while attempts take over its receipts: each was left
+// pending by an attempt that certainly had no effect, so the day may be dropped with it — unless
+// an attempt takes it over first, whose receipt must then survive the retirement. Whichever wins
+// each race, every intent runs exactly once and ends with its receipt, and the day is gone once
+// the attempts are done.
+func TestRetirementRacesTakeovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setupPlain(t, &activity.Config{InProgressWait: -1})
+	const n = 40
+	calls := make([]atomic.Int32, n)
+	intent := func(i int) activity.Call { return call(t, fmt.Sprint("order-", i), i) }
+	for i := range n {
+		_, err := activity.Do(ctx, s, intent(i), func(context.Context) (int, error) {
+			return 0, activity.NotApplied(errors.New("connection refused"))
+		})
+		require.Error(t, err)
+	}
+	_, err := pgtest.Pool(t).Exec(ctx, "UPDATE "+schema+".receipts SET expires_at = now() - interval '1 second'")
+	require.NoError(t, err)
+	require.NoError(t, s.Partition(ctx))
+	ageLegacy(t, schema)
+
+	done := make(chan struct{})
+	var purger sync.WaitGroup
+	purger.Go(func() {
+		time.Sleep(rand.N(100 * time.Millisecond))
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_, err := s.Purge(ctx, 0)
+			assert.NoError(t, err)
+		}
+	})
+	var attempts sync.WaitGroup
+	for i := range n {
+		attempts.Go(func() {
+			time.Sleep(rand.N(100 * time.Millisecond)) // spread the attempts around the purger's first round
+			deadline := time.Now().Add(time.Minute)
+			for {
+				_, err := activity.Do(ctx, s, intent(i), func(context.Context) (int, error) {
+					calls[i].Add(1)
+					return i, nil
+				})
+				var inProgress *activity.InProgressError
+				if err == nil || time.Now().After(deadline) || !(errors.Is(err, activity.ErrStore) || errors.As(err, &inProgress)) {
+					assert.NoError(t, err, "order-%d", i)
+					return
+				}
+			}
+		})
+	}
+	attempts.Wait()
+	close(done)
+	purger.Wait()
+
+	for i := range n {
+		require.EqualValues(t, 1, calls[i].Load(), "order-%d ran %d times", i, calls[i].Load())
+		got, err := activity.Do(ctx, s, intent(i), func(context.Context) (int, error) {
+			t.Errorf("order-%d's receipt was lost", i)
+			return 0, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, i, got)
+	}
+	_, err = s.Purge(ctx, 0)
+	require.NoError(t, err)
+	var legacy *string
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT to_regclass($1)::text", schema+".receipts_legacy").Scan(&legacy))
+	require.Nil(t, legacy, "the retired day is still there once nothing holds it")
+	require.Equal(t, n, countReceipts(t, schema))
 }
