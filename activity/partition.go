@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -264,22 +265,27 @@ SELECT c.relname,
 	(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz,
 	c.reltuples
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = to_regclass($1)
+WHERE i.inhparent = to_regclass($1) AND c.relispartition
 ORDER BY 3`, s.table())
 	if err != nil {
 		return nil, fmt.Errorf("list partitions: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition, error) {
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition, error) {
 		var (
-			p    partition
-			from *time.Time
+			p        partition
+			from, to *time.Time
 		)
-		err := r.Scan(&p.name, &from, &p.to, &p.rows)
+		err := r.Scan(&p.name, &from, &to, &p.rows)
 		if from != nil {
 			p.from = *from
 		}
+		if to != nil {
+			p.to = *to
+		}
 		return p, err
 	})
+	// A partition that another purger is detaching has no bound any more: it is not listed.
+	return slices.DeleteFunc(ps, func(p partition) bool { return p.to.IsZero() }), err
 }
 
 // createAhead creates the partitions that are missing from the last one's end to partitionsAhead
@@ -373,8 +379,19 @@ func (s *Store) retire(ctx context.Context, p partition) (bool, error) {
 	name := pgx.Identifier{s.cfg.Schema, p.name}.Sanitize()
 	var dropped bool
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", s.lockTimeout); err != nil {
+		// Purgers of the schema take turns (createAhead's lock); one that comes second finds
+		// the partition gone, in a statement whose snapshot is taken after the lock.
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock(hashtext('tempotent.partitions.' || $2))",
+			s.lockTimeout, s.cfg.Schema); err != nil {
 			return err
+		}
+		var attached bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2))",
+			name, s.table()).Scan(&attached); err != nil {
+			return err
+		}
+		if !attached {
+			return errHeld
 		}
 		if _, err := tx.Exec(ctx, "ALTER TABLE "+s.table()+" DETACH PARTITION "+name); err != nil {
 			return err
@@ -396,7 +413,9 @@ func (s *Store) retire(ctx context.Context, p partition) (bool, error) {
 	return dropped, err
 }
 
-var errHeld = errors.New("the partition holds receipts that must be kept")
+// errHeld rolls back a retirement that must not drop its partition: it holds receipts that must
+// be kept, or another purger retired it first.
+var errHeld = errors.New("the partition holds receipts that must be kept, or is gone")
 
 // pgLiteral is t as a timestamptz literal, for the DDL that cannot take bind parameters.
 func pgLiteral(t time.Time) string {

@@ -406,3 +406,24 @@ func TestRetirementRacesTakeovers(t *testing.T) {
 	require.Nil(t, legacy, "the retired day is still there once nothing holds it")
 	require.Equal(t, n, countReceipts(t, schema))
 }
+
+// TestPurgersRetireTogether runs purgers of one schema at once, as a worker's and an operator's
+// can: one of them retires the day, and none fails because another did.
+func TestPurgersRetireTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := setupPlain(t, nil)
+	require.NoError(t, s.Partition(ctx))
+	ageLegacy(t, schema)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			_, err := s.Purge(ctx, 0)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	var legacy *string
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT to_regclass($1)::text", schema+".receipts_legacy").Scan(&legacy))
+	require.Nil(t, legacy)
+}
