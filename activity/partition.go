@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +85,7 @@ func (s *Store) Partition(ctx context.Context) error {
 	if err := s.Check(ctx); err != nil {
 		return fmt.Errorf("partition receipts: %w", err)
 	}
-	on, err := s.partitioned(ctx)
+	on, err := s.Partitioned(ctx)
 	if err != nil {
 		return fmt.Errorf("partition receipts: %w", err)
 	}
@@ -102,9 +101,7 @@ func (s *Store) Partition(ctx context.Context) error {
 }
 
 // Partitioned reports whether the store's receipts table is partitioned (Partition).
-func (s *Store) Partitioned(ctx context.Context) (bool, error) { return s.partitioned(ctx) }
-
-func (s *Store) partitioned(ctx context.Context) (bool, error) {
+func (s *Store) Partitioned(ctx context.Context) (bool, error) {
 	var on *bool
 	if err := s.db.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)", s.table()).Scan(&on); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -116,43 +113,55 @@ func (s *Store) partitioned(ctx context.Context) (bool, error) {
 }
 
 // convert moves a plain receipts table under a partitioned one, in the steps Partition describes.
-func (s *Store) convert(ctx context.Context) error {
+func (s *Store) convert(ctx context.Context) (err error) {
 	t, q := s.table(), pgx.Identifier{s.cfg.Schema}.Sanitize()
-	steps := []string{
-		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS bucket timestamptz NOT NULL DEFAULT now()`,
-		// An index that a failed earlier run left invalid is dropped and built again.
-		`DO $$ BEGIN
-	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass('` + q + `.receipts_bucket_key') AND NOT indisvalid) THEN
-		EXECUTE 'DROP INDEX ` + q + `.receipts_bucket_key';
-	END IF;
-END $$`,
-		`CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS receipts_bucket_key ON ` + t + ` (namespace, tenant, operation, id, bucket)`,
-		// The legacy partition's bound: rows reserved until then go to it. Two days ahead, so
-		// that the rows inserted while this runs fall under it; a constraint that an earlier run
-		// left is replaced.
-		`ALTER TABLE ` + t + ` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`,
+	// An index that a failed earlier run left invalid is dropped and built again.
+	var invalid bool
+	if err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
+		q+".receipts_bucket_key").Scan(&invalid); err != nil {
+		return err
 	}
-	for _, stmt := range steps {
-		// Building the index concurrently blocks no receipt statement, but waits for every
-		// transaction older than it, anywhere in the database: it runs without the lock timeout.
-		bounded := !strings.HasPrefix(stmt, "CREATE UNIQUE INDEX CONCURRENTLY")
-		if err := s.ddl(ctx, stmt, bounded); err != nil {
-			return err
-		}
-	}
+	// The legacy partition's bound: rows reserved until then go to it. Two days ahead, so that
+	// the rows inserted while this runs fall under it.
 	var cutover time.Time
 	if err := s.db.QueryRow(ctx, "SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '2 days'").Scan(&cutover); err != nil {
 		return err
 	}
 	bound := pgLiteral(cutover)
-	if err := s.ddl(ctx, `ALTER TABLE `+t+` ADD CONSTRAINT receipts_legacy_bound CHECK (bucket < `+bound+`) NOT VALID`, true); err != nil {
-		return err
+	defer func() {
+		// The constraint would refuse new receipts once its bound passes: it must not outlive a
+		// failed conversion.
+		if err == nil {
+			return
+		}
+		if derr := s.ddl(context.WithoutCancel(ctx), `ALTER TABLE `+t+` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, true); derr != nil {
+			err = errors.Join(err, fmt.Errorf("drop the constraint receipts_legacy_bound, which will refuse receipts after %s: %w", cutover.Format(time.RFC3339), derr))
+		}
+		err = fmt.Errorf("convert the table (the receipts are as they were; run again): %w", err)
+	}()
+	// Each step waits at most the lock timeout for a lock that would hold up receipt statements;
+	// building the index and validating the constraint take none such (but the build waits for
+	// every transaction older than it, anywhere in the database), so they wait as long as it takes.
+	for _, step := range []struct {
+		stmt    string
+		bounded bool
+		skip    bool
+	}{
+		{stmt: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS bucket timestamptz NOT NULL DEFAULT now()`, bounded: true},
+		{stmt: `DROP INDEX ` + q + `.receipts_bucket_key`, bounded: true, skip: !invalid},
+		{stmt: `CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS receipts_bucket_key ON ` + t + ` (namespace, tenant, operation, id, bucket)`},
+		{stmt: `ALTER TABLE ` + t + ` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, bounded: true}, // an earlier run's
+		{stmt: `ALTER TABLE ` + t + ` ADD CONSTRAINT receipts_legacy_bound CHECK (bucket < ` + bound + `) NOT VALID`, bounded: true},
+		{stmt: `ALTER TABLE ` + t + ` VALIDATE CONSTRAINT receipts_legacy_bound`},
+	} {
+		if step.skip {
+			continue
+		}
+		if err := s.ddl(ctx, step.stmt, step.bounded); err != nil {
+			return err
+		}
 	}
-	// Validating reads the table under a lock that lets receipt statements run.
-	if err := s.ddl(ctx, `ALTER TABLE `+t+` VALIDATE CONSTRAINT receipts_legacy_bound`, false); err != nil {
-		return err
-	}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		for _, stmt := range []string{
 			"SELECT set_config('lock_timeout', '" + s.lockTimeout + "', true)",
 			"LOCK TABLE " + t + " IN ACCESS EXCLUSIVE MODE",
@@ -181,15 +190,7 @@ END $$`,
 		}
 		return nil
 	})
-	if err != nil {
-		// The constraint would refuse new receipts once its bound passes: it must not outlive a
-		// failed conversion.
-		if derr := s.ddl(context.WithoutCancel(ctx), `ALTER TABLE `+t+` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, true); derr != nil {
-			err = errors.Join(err, fmt.Errorf("drop the constraint receipts_legacy_bound, which will refuse receipts after %s: %w", cutover.Format(time.RFC3339), derr))
-		}
-		return fmt.Errorf("convert the table (nothing was changed; run again): %w", err)
-	}
-	return nil
+	return err
 }
 
 // uniqueKeyFunction is the body of the trigger that keeps a key unique across partitions (see the

@@ -427,3 +427,34 @@ func TestPurgersRetireTogether(t *testing.T) {
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT to_regclass($1)::text", schema+".receipts_legacy").Scan(&legacy))
 	require.Nil(t, legacy)
 }
+
+// TestPartitionThatFailsLeavesReceiptsAsTheyWere makes the conversion's last step fail (a table
+// already holds the legacy partition's name): the error says what failed, the table is still
+// the plain one and takes receipts, the constraint that would refuse them in two days is gone,
+// and a second run once the obstacle is removed converts it.
+func TestPartitionThatFailsLeavesReceiptsAsTheyWere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s, schema := setupPlain(t, nil)
+	_, err := pool.Exec(ctx, "CREATE TABLE "+schema+".receipts_legacy (x int)")
+	require.NoError(t, err)
+
+	err = s.Partition(ctx)
+	require.ErrorContains(t, err, "RENAME TO receipts_legacy")
+	require.ErrorContains(t, err, "run again")
+	on, err := s.Partitioned(ctx)
+	require.NoError(t, err)
+	require.False(t, on)
+	var constraints int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_constraint WHERE conname = 'receipts_legacy_bound' AND connamespace = $1::regnamespace",
+		schema).Scan(&constraints))
+	require.Zero(t, constraints, "the legacy bound outlived the failed conversion")
+	_, err = activity.Do(ctx, s, call(t, "order-1/charge", 1), func(context.Context) (int, error) { return 1, nil })
+	require.NoError(t, err)
+
+	_, err = pool.Exec(ctx, "DROP TABLE "+schema+".receipts_legacy")
+	require.NoError(t, err)
+	require.NoError(t, s.Partition(ctx))
+	require.Equal(t, schema+".receipts_legacy", partitionOf(t, schema, call(t, "order-1/charge", 1).Key))
+}

@@ -48,7 +48,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 		limit = PurgeBatchDefault
 	}
 	var n int64
-	switch on, err := s.partitioned(ctx); {
+	switch on, err := s.Partitioned(ctx); {
 	case err != nil:
 		return 0, fmt.Errorf("purge receipts: %w", err)
 	case on:
