@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-
 	commonpb "go.temporal.io/api/common/v1"
 
 	"github.com/tempotent/tempotent/keys"
@@ -243,20 +242,26 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 }
 
 // recordInTx records fn's final error in tx, unless a duplicate's receipt got there first; it
-// returns fnErr, or the duplicate's answer.
+// returns fnErr, or the duplicate's answer. The INSERT goes in a savepoint of its own: on a
+// partitioned table (Store.Partition) a duplicate's finished receipt in another partition fails it
+// instead of being skipped, and that failure must not abort the caller's transaction.
 func (s *Store) recordInTx(ctx context.Context, tx pgx.Tx, c Call, out outcome, obs observer, fnErr error) error {
-	tag, err := tx.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
-	if isUniqueViolation(err) {
-		// Only on a partitioned table (Store.Partition), where a duplicate's finished receipt in
-		// another partition fails the insert instead of being skipped: the transaction is
-		// aborted, and the duplicate's receipt, committed, answers the retry.
-		obs.count(MetricInProgress)
-		return &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(0)}
-	}
+	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return &StoreError{Op: "complete", Key: c.Key, Err: err}
+		return &StoreError{Op: "savepoint", Key: c.Key, Err: err}
 	}
-	if tag.RowsAffected() == 0 {
+	tag, err := sp.Exec(ctx, s.sql.insertFinal+" ON CONFLICT DO NOTHING", s.finalArgs(c, out)...)
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return &StoreError{Op: "roll back to savepoint", Key: c.Key, Err: errors.Join(err, rbErr)}
+		}
+		if !isUniqueViolation(err) {
+			return &StoreError{Op: "complete", Key: c.Key, Err: err}
+		}
+	} else if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+		return &StoreError{Op: "release savepoint", Key: c.Key, Err: err}
+	}
+	if err != nil || tag.RowsAffected() == 0 {
 		_, err := s.answerDuplicateInTx(ctx, tx, c, obs)
 		return err
 	}

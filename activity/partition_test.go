@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -165,6 +166,30 @@ func TestPartitionedKeyIsUniqueAcrossDays(t *testing.T) {
 		stock, shipments := units(t, schema)
 		require.Equal(t, 10, stock, "the losing transaction's writes were committed")
 		require.Zero(t, shipments)
+		require.Equal(t, 1, countReceipts(t, schema))
+	})
+
+	// The caller's transaction records a final failure of fn while the duplicate's finished
+	// receipt commits in another partition: DoInTx answers with the duplicate's outcome, and the
+	// caller's transaction stays usable, as on a plain table.
+	t.Run("FailureRecordedInCallersTransaction", func(t *testing.T) {
+		t.Parallel()
+		s, schema := partitioned(t, nil)
+		stockSetup(t, schema)
+		c := call(t, "order-1/reserve", map[string]int{"units": 3})
+		caller, err := pgtest.Pool(t).Begin(ctx)
+		require.NoError(t, err)
+		defer caller.Rollback(ctx) //nolint:errcheck // committed below
+		err = raceAcrossDays(t, schema, c, "completed", func() error {
+			_, err := activity.DoInTx(ctx, s, caller, c, func(context.Context, pgx.Tx) (int, error) {
+				return 0, temporal.NewNonRetryableApplicationError("out of stock", "OutOfStock", nil)
+			})
+			return err
+		})
+		require.NoError(t, err, "the duplicate's receipt is the answer")
+		_, err = caller.Exec(ctx, "INSERT INTO "+schema+".shipments (kind) VALUES ('note')")
+		require.NoError(t, err, "the caller's transaction was aborted")
+		require.NoError(t, caller.Commit(ctx))
 		require.Equal(t, 1, countReceipts(t, schema))
 	})
 }
