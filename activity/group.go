@@ -24,7 +24,7 @@ func (g *group[R]) add(r R, take func() []R, send func([]R)) {
 	g.writing = true
 	g.mu.Unlock()
 	if lead {
-		g.writeNext(take, send) // its batch is r alone: nothing queues while no batch is in flight
+		g.writeNext(take, send) // its batch is r, with whatever queued in the moment before it takes it
 	}
 }
 
