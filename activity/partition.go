@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -425,10 +426,6 @@ func pgLiteral(t time.Time) string {
 
 // firstLine is stmt's first line, to say which statement failed.
 func firstLine(stmt string) string {
-	for i, r := range stmt {
-		if r == '\n' {
-			return stmt[:i]
-		}
-	}
-	return stmt
+	line, _, _ := strings.Cut(stmt, "\n")
+	return line
 }
