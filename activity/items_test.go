@@ -352,7 +352,11 @@ func TestForEachHeartbeatsExtendItemLeases(t *testing.T) {
 	env := newWorkflowEnv(t)
 	env.SetTestTimeout(30 * time.Second)
 	db := pgtest.Pool(t) // the activity runs on the SDK's goroutine, where t must not fail
-	var itemLease, batchLease time.Duration
+	var (
+		mu                    sync.Mutex // the items run at once: the least each lease had left, over both
+		itemLease, batchLease time.Duration
+		recorded              bool
+	)
 	leaseLeft := func(ctx context.Context, idPrefix string) (time.Duration, error) {
 		var us int64
 		err := db.QueryRow(ctx, "SELECT min((extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint) FROM "+schema+
@@ -365,10 +369,17 @@ func TestForEachHeartbeatsExtendItemLeases(t *testing.T) {
 			sdkactivity.RecordHeartbeat(ctx, payee.ID)
 			time.Sleep(200 * time.Millisecond)
 		}
-		var err error
-		if itemLease, err = leaseLeft(ctx, "item:"); err == nil {
-			batchLease, err = leaseLeft(ctx, "wf:")
+		item, err := leaseLeft(ctx, "item:")
+		var batch time.Duration
+		if err == nil {
+			batch, err = leaseLeft(ctx, "wf:")
 		}
+		mu.Lock()
+		if !recorded {
+			itemLease, batchLease, recorded = item, batch, true
+		}
+		itemLease, batchLease = min(itemLease, item), min(batchLease, batch)
+		mu.Unlock()
 		return Transfer{Payee: payee.ID}, err
 	}
 	require.NoError(t, activity.Register(env, s, "PayOut", func(ctx context.Context, payees []Payee) (int, error) {
