@@ -69,11 +69,12 @@ SCALE_ROWS ?= 10000000
 bench-scale: ## Receipts at scale (SCALE_ROWS=10000000, ~12 min): latency against an empty table and partitioned, purge by DELETE against a retired day, Store.Partition online.
 	cd bench && $(GO) run . -rows 11 -scale-rows $(SCALE_ROWS) -temporal-cli $(CURDIR)/$(BIN)/temporal
 
-# make test explores 300 histories (the test's default); this runs N of them from SEED, or
-# replays one failing history with N=1 SEED=<its seed>.
+# make test explores 300 histories (the test's default) on each table layout; this runs N of
+# them from SEED, or replays one failing history with N=1 SEED=<its seed>; PARTITIONED=1
+# explores the partitioned table.
 SEED ?= 1
-explore: ## Explore N histories of the receipt state machine from SEED (N=3000: about two minutes).
-	TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) $(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/
+explore: ## Explore N histories of the receipt state machine from SEED (N=3000: about two minutes; PARTITIONED=1: about fifteen).
+	TEMPOTENT_TEST_PARTITIONED=$(PARTITIONED) TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) $(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/
 
 # Mutation testing with gremlins, installed into bin/ at a pinned version (a tool, not a
 # dependency of the module). Each mutant runs its package's tests against the real Postgres;

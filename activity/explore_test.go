@@ -47,18 +47,27 @@ import (
 //     not deduplicate, or a token past its key memory, with no reconcile function);
 //   - no receipt is left unresolved without being counted by Unresolved, and Purge keeps them.
 //
-// It runs TEMPOTENT_EXPLORE_N histories (default 300, about fifteen seconds) from TEMPOTENT_EXPLORE_SEED
-// (default 1); a failing history prints its seed, and TEMPOTENT_EXPLORE_SEED=<seed>
-// TEMPOTENT_EXPLORE_N=1 replays it alone (make explore SEED=<seed> N=1, with -v for its trace).
+// With TEMPOTENT_TEST_PARTITIONED set (make test runs the package both ways), the receipts are
+// partitioned by day (Store.Partition) and the retention passes by moving receipts into a
+// partition ten days old, which Purge retires; and receipts are also moved there at any moment,
+// even between two statements of an attempt, with their retention still running, for Purge to
+// move back: one more invariant holds there, that a move changes nothing of a receipt but
+// where it lives, and keeps a receipt under a live lease where it is.
 //
-// Each guard of the state machine, removed by hand, makes the default run fail (the first
-// failing seeds, as of this writing, in brackets): the reservation identity and fingerprint in
-// complete [161, 282], the reservation in release [194] and extend, the fingerprint check of a
-// fenced-out attempt's answer [60, 135, 269], the lease condition of the takeover [5, 83, 136],
-// a reconcile error handled as an outcome, the settle wait before reconcile, the key memory of
-// a deduplicating downstream, the cancellation on a heartbeat that extends nothing, Purge
-// deleting unresolved receipts, and a NotApplied error erasing an earlier attempt's possible
-// effect. make explore N=3000 runs a long exploration.
+// It runs TEMPOTENT_EXPLORE_N histories (default 300: about fifteen seconds, fifty partitioned)
+// from TEMPOTENT_EXPLORE_SEED (default 1); a failing history prints its seed, and
+// TEMPOTENT_EXPLORE_SEED=<seed> TEMPOTENT_EXPLORE_N=1 replays it alone (make explore SEED=<seed>
+// N=1, with -v for its trace; PARTITIONED=1 for the partitioned table).
+//
+// Each guard of the state machine, removed by hand, makes the default run fail (it prints the
+// failing seeds): the reservation identity and fingerprint in complete, the reservation in
+// release and extend, the fingerprint check of a fenced-out attempt's answer, the lease
+// condition of the takeover, a reconcile error handled as an outcome, the settle wait before
+// reconcile, the key memory of a deduplicating downstream, the cancellation on a heartbeat that
+// extends nothing, Purge deleting unresolved receipts, and a NotApplied error erasing an earlier
+// attempt's possible effect; partitioned, a retiring day that moves receipts under live leases
+// or is dropped while it holds a receipt it must keep. make explore N=3000 runs a long
+// exploration.
 func TestExploreReceipts(t *testing.T) {
 	n := envInt("TEMPOTENT_EXPLORE_N", 300)
 	seed := uint64(envInt("TEMPOTENT_EXPLORE_SEED", 1))
@@ -71,10 +80,17 @@ func TestExploreReceipts(t *testing.T) {
 	if err := setupStore.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	partitioned := os.Getenv("TEMPOTENT_TEST_PARTITIONED") != ""
+	if partitioned {
+		if err := explorePartitions(setupStore); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var failed []uint64
 	for i := range uint64(n) {
 		s := seed + i
 		x := newExplorer(t, pool, schema, s)
+		x.partitioned = partitioned
 		if err := x.history(); err != nil {
 			failed = append(failed, s)
 			t.Errorf("explore: history with seed %d failed: %v\n%s\nreplay it: TEMPOTENT_EXPLORE_SEED=%d TEMPOTENT_EXPLORE_N=1 go test -v -run TestExploreReceipts ./activity/",
@@ -200,6 +216,8 @@ type explorer struct {
 	burst int
 	// successes are the results returned per key and request, for the replay invariant.
 	successes map[*explKey]map[int][]explResult
+	// partitioned: the receipts are partitioned by day (explorePartitions).
+	partitioned bool
 }
 
 func newExplorer(t *testing.T, pool *pgxpool.Pool, schema string, seed uint64) *explorer {
@@ -318,6 +336,8 @@ func (x *explorer) step() error {
 		return x.forget(k)
 	case r < 95:
 		x.land(k)
+	case r < 99 && x.partitioned:
+		return x.relocate(k)
 	}
 	return nil
 }
@@ -845,7 +865,7 @@ func (x *explorer) checkFinal() error {
 	if got != want {
 		return fmt.Errorf("Unresolved counts %d receipts, %d are unresolved", got, want)
 	}
-	if _, err := x.pool.Exec(ctx, "UPDATE "+x.table()+" SET expires_at = now() - interval '1 second'"); err != nil {
+	if err := x.expire("true"); err != nil {
 		return err
 	}
 	for {
@@ -925,43 +945,207 @@ func (x *explorer) timePasses() { clear(x.losable) }
 // after the horizon guard let it in (the guard looks at when the activity was scheduled).
 func (x *explorer) purge(k *explKey) error {
 	ctx := context.Background()
-	for _, a := range x.attempt {
-		if a.k == k && !a.finished {
-			return nil
+	if x.underWay(k) || !x.purgeQuiet() {
+		return nil
+	}
+	var exists bool
+	if err := x.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+x.table()+" WHERE id = $1)", k.key.ID).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	x.timePasses()
+	if err := x.expire("id = $1", k.key.ID); err != nil {
+		return err
+	}
+	return x.purgeNow()
+}
+
+// underWay reports whether an attempt of k has started and not finished.
+func (x *explorer) underWay(k *explKey) bool {
+	return slices.ContainsFunc(x.attempt, func(a *explAttempt) bool { return a.k == k && !a.finished })
+}
+
+// purgeQuiet reports whether a Purge may run now: no attempt is under way of a key whose
+// retention has passed, which would have been paused for that whole retention.
+func (x *explorer) purgeQuiet() bool {
+	for _, k := range x.keys {
+		if !x.underWay(k) {
+			continue
+		}
+		var expired bool
+		err := x.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM "+x.table()+" WHERE id = $1 AND expires_at <= now())", k.key.ID).Scan(&expired)
+		if err != nil || expired {
+			return false
 		}
 	}
-	var state string
-	var unresolvedBefore bool
-	err := x.pool.QueryRow(ctx, "SELECT state, coalesce("+unresolved+" OR (state = 'pending' AND lease_expires_at > now()), false) FROM "+x.table()+
-		" WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)", k.key.Namespace, k.key.Tenant, k.key.Operation, k.key.ID).Scan(&state, &unresolvedBefore)
+	return true
+}
+
+// purgeNow purges and checks that no receipt went that had to stay (unresolved, or under a live
+// lease). A key whose settled receipt went, or may go at the next Purge (its retention passed,
+// and its partition is held by another receipt), is retired: later attempts come from beyond
+// the horizon.
+func (x *explorer) purgeNow() error {
+	ctx := context.Background()
+	type seen struct {
+		state string
+		keep  bool // unresolved, or under a live lease
+	}
+	before := map[*explKey]seen{}
+	for _, k := range x.keys {
+		var r seen
+		err := x.pool.QueryRow(ctx, "SELECT state, coalesce("+unresolved+" OR (state = 'pending' AND lease_expires_at > now()), false) FROM "+x.table()+
+			" WHERE id = $1", k.key.ID).Scan(&r.state, &r.keep)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		before[k] = r
+	}
+	s, _ := NewStore(x.pool, &Config{Schema: x.schema})
+	if _, err := s.Purge(ctx, 0); err != nil {
+		return err
+	}
+	for k, r := range before {
+		var exists, settled bool
+		err := x.pool.QueryRow(ctx, "SELECT true, coalesce("+purgeable+", false) FROM "+x.table()+" WHERE id = $1", k.key.ID).Scan(&exists, &settled)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		switch {
+		case !exists && r.keep:
+			return fmt.Errorf("purge deleted %s's unresolved or running receipt (state %s)", k.key.ID, r.state)
+		case !exists:
+			x.logf("fault: retention passed, %s's %s receipt purged", k.key.ID, r.state)
+		case settled:
+			x.logf("fault: retention passed, %s's %s receipt stays until the next purge", k.key.ID, r.state)
+		default:
+			continue
+		}
+		if r.state != StatePending {
+			k.retired = true
+		}
+	}
+	return nil
+}
+
+// expire lets the retention of the receipts where cond holds pass: their expires_at goes into
+// the past and, when the receipts are partitioned, they move into the partition of a day old
+// enough for Purge to retire.
+func (x *explorer) expire(cond string, args ...any) error {
+	if x.partitioned {
+		return x.moveOld("expires_at = now() - interval '1 second'", cond, args...)
+	}
+	_, err := x.pool.Exec(context.Background(), "UPDATE "+x.table()+" SET expires_at = now() - interval '1 second' WHERE "+cond, args...)
+	return err
+}
+
+// relocate moves k's receipt into the old partition with its retention still running, as if
+// it had been written ten days ago and its retention extended, and purges. Purge must move it
+// back unchanged — or, under a live lease, leave it where it is — whatever its attempts are
+// doing: a move is invisible to the state machine.
+func (x *explorer) relocate(k *explKey) error {
+	ctx := context.Background()
+	if !x.purgeQuiet() {
+		return nil
+	}
+	const where = "(namespace, tenant, operation, id) = ($1, $2, $3, $4)"
+	args := []any{k.key.Namespace, k.key.Tenant, k.key.Operation, k.key.ID}
+	var before string
+	err := x.pool.QueryRow(ctx, "SELECT (to_jsonb(r) - 'bucket' - 'updated_at')::text FROM "+x.table()+" r WHERE "+where+
+		" AND expires_at > now()", args...).Scan(&before) // past its retention, a move would be a purge
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	x.timePasses()
-	if _, err := x.pool.Exec(ctx, "UPDATE "+x.table()+" SET expires_at = now() - interval '1 second' WHERE id = $1", k.key.ID); err != nil {
+	if err := x.moveOld("", where, args...); err != nil {
 		return err
 	}
-	s, _ := NewStore(x.pool, &Config{Schema: x.schema})
-	if _, err := s.Purge(ctx, 0); err != nil {
+	if err := x.purgeNow(); err != nil {
 		return err
 	}
-	var exists bool
-	if err := x.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+x.table()+" WHERE id = $1)", k.key.ID).Scan(&exists); err != nil {
+	var after string
+	var live, old bool
+	err = x.pool.QueryRow(ctx, "SELECT (to_jsonb(r) - 'bucket' - 'updated_at')::text, coalesce(lease_expires_at > now(), false), coalesce(tableoid = to_regclass($5), false) FROM "+
+		x.table()+" r WHERE "+where, append(args, x.oldPartition())...).Scan(&after, &live, &old)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("moving %s's receipt between partitions lost it (it was %s)", k.key.ID, before)
+	case err != nil:
 		return err
+	case after != before:
+		return fmt.Errorf("moving %s's receipt between partitions changed it:\n  before %s\n  after  %s", k.key.ID, before, after)
+	case old && !live:
+		return fmt.Errorf("Purge left %s's receipt in a retired day although no live lease holds it there: %s", k.key.ID, after)
+	case !old && live:
+		return fmt.Errorf("Purge moved %s's receipt under a live lease", k.key.ID)
 	}
-	if !exists {
-		if unresolvedBefore {
-			return fmt.Errorf("purge deleted %s's unresolved or running receipt (state %s)", k.key.ID, state)
-		}
-		x.logf("fault: retention passed, %s's %s receipt purged", k.key.ID, state)
-		if state != StatePending {
-			k.retired = true
-		}
-	}
+	x.logf("fault: %s's receipt moved ten days back and purged (live lease: %v)", k.key.ID, live)
 	return nil
+}
+
+// moveOld moves the receipts where cond holds into the old partition (creating it when a purge
+// dropped it), applying set as well when it is not empty, flagged as Purge flags its own moves
+// (moveSetting).
+func (x *explorer) moveOld(set, cond string, args ...any) error {
+	ctx := context.Background()
+	return pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
+		old := x.oldPartition()
+		from := exploreToday.AddDate(0, 0, -10)
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, 'on', true)", moveSetting); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", old).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, "CREATE TABLE "+old+" PARTITION OF "+x.table()+
+				" FOR VALUES FROM ("+pgLiteral(from)+") TO ("+pgLiteral(from.AddDate(0, 0, 1))+")"); err != nil {
+				return err
+			}
+		}
+		if set != "" {
+			set = ", " + set
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+x.table()+" SET bucket = "+pgLiteral(from.Add(12*time.Hour))+set+" WHERE "+cond, args...)
+		return err
+	})
+}
+
+// exploreToday is the day the exploration began, which its partitions are laid out from.
+var exploreToday = time.Now().UTC().Truncate(24 * time.Hour)
+
+func (x *explorer) oldPartition() string {
+	return pgx.Identifier{x.schema, "receipts_explore_old"}.Sanitize()
+}
+
+// explorePartitions partitions s's empty receipts table for the explorer: its one partition,
+// which holds every day until the day after tomorrow, gives way to one from nine days ago to
+// tomorrow, so that moveOld can add a day before it that Purge retires. Purge creates the days
+// after it as ever.
+func explorePartitions(s *Store) error {
+	ctx := context.Background()
+	if err := s.Partition(ctx); err != nil {
+		return err
+	}
+	today := exploreToday
+	legacy := pgx.Identifier{s.cfg.Schema, "receipts_legacy"}.Sanitize()
+	for _, stmt := range []string{
+		"ALTER TABLE " + s.table() + " DETACH PARTITION " + legacy,
+		"DROP TABLE " + legacy,
+		"CREATE TABLE " + pgx.Identifier{s.cfg.Schema, "receipts_explore_recent"}.Sanitize() + " PARTITION OF " + s.table() +
+			" FOR VALUES FROM (" + pgLiteral(today.AddDate(0, 0, -9)) + ") TO (" + pgLiteral(today.AddDate(0, 0, 1)) + ")",
+	} {
+		if _, err := s.db.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", firstLine(stmt), err)
+		}
+	}
+	_, err := s.Purge(ctx, 0)
+	return err
 }
 
 // forget lets the downstream's key memory pass for k's token: its first use becomes older than
