@@ -47,7 +47,9 @@ const (
 	// partition is retired: receipts whose lease outlived their day end later than the retention.
 	retireGrace = 24 * time.Hour
 	// moveSetting is the transaction-local setting under which Purge moves receipts between
-	// partitions; the uniqueness trigger skips those rows, which are the receipts themselves.
+	// partitions; the uniqueness trigger skips those rows. It would let them through anyway (a
+	// moved row's key is its own, and the move's delete is visible to the trigger's lookup), but
+	// each would take a lock and probe every partition for nothing.
 	moveSetting = "tempotent.move"
 )
 
