@@ -100,8 +100,8 @@ bin/temporal: ## The Temporal CLI and dev server, pinned (about 5 minutes to bui
 	@mkdir -p $(BIN)
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
-chaos: bin/temporal ## FAULTS.md rows 1-7, 10-13, 18-21 and 23-26 at random over N sagas (N=50), ending with FAULTS.md's table (unresolved receipts included).
-	TEMPOTENT_CHAOS_N=$(or $(N),50) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
+chaos: bin/temporal ## FAULTS.md rows 1-7, 10-13, 18-21 and 23-26 at random over N sagas (N=50), ending with FAULTS.md's table (unresolved receipts included); PARTITION=1 partitions the receipts while they run.
+	TEMPOTENT_CHAOS_N=$(or $(N),50) TEMPOTENT_CHAOS_PARTITION=$(PARTITION) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./faults/ | grep -vE '^(=== |\s+--- |--- PASS)'
 
 fakepay: ## Run the fake payment provider on 127.0.0.1:8420, its ledger kept in .tmp/fakepay.json.
 	@mkdir -p .tmp

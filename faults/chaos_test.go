@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/saga"
@@ -30,6 +31,12 @@ import (
 // sagas and ends with FAULTS.md's table. It runs when TEMPOTENT_CHAOS_N sets the number of sagas:
 //
 //	make chaos N=200
+//
+// With TEMPOTENT_CHAOS_PARTITION set (make chaos PARTITION=1), the receipts table is converted to
+// daily partitions (Store.Partition) while the sagas run and the faults strike — Postgres is
+// crash-restarted in the middle of the first conversion, which is retried until one goes
+// through, as an operator would — and the workers purge every few seconds, so the sagas start
+// on the plain table and end on the partitioned one.
 func TestChaos(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("TEMPOTENT_CHAOS_N"))
 	if n <= 0 {
@@ -72,8 +79,13 @@ func TestChaos(t *testing.T) {
 	// (row 19).
 	lookup := newLookupFront(t, w.payments.URL)
 	lookup.set(lookupForwards)
+	partition := os.Getenv("TEMPOTENT_CHAOS_PARTITION") != ""
 	startWorker := func(i int) (*workerProc, error) {
-		return w.spawnWorker("LOOKUP_URL="+lookup.url, "TEMPOTENT_HTTP_ADDR="+edges[i], "FAKEPAY_WEBHOOK_SECRET="+webhookSecret, "TEMPOTENT_OUTBOX_LEASE=5s")
+		env := []string{"LOOKUP_URL=" + lookup.url, "TEMPOTENT_HTTP_ADDR=" + edges[i], "FAKEPAY_WEBHOOK_SECRET=" + webhookSecret, "TEMPOTENT_OUTBOX_LEASE=5s"}
+		if partition {
+			env = append(env, "TEMPOTENT_PURGE_EVERY=3s")
+		}
+		return w.spawnWorker(env...)
 	}
 	var workers []*workerProc
 	for i := range 2 {
@@ -131,6 +143,14 @@ func TestChaos(t *testing.T) {
 		wg     sync.WaitGroup
 	)
 	count := func(what string) { mu.Lock(); events[what]++; mu.Unlock() }
+	var pgMu sync.Mutex // one crash-restart at a time: pg_ctl stop fails on a stopped server
+	crashRestart := func() {
+		pgMu.Lock()
+		defer pgMu.Unlock()
+		pg.ctl("stop", "-m", "immediate")
+		time.Sleep(300 * time.Millisecond)
+		pg.ctl("start")
+	}
 	wg.Go(func() {
 		for {
 			select {
@@ -157,9 +177,7 @@ func TestChaos(t *testing.T) {
 				proxy.armed.Store(true)
 				count("COMMIT reply armed to drop")
 			case 3: // row 6
-				pg.ctl("stop", "-m", "immediate")
-				time.Sleep(300 * time.Millisecond)
-				pg.ctl("start")
+				crashRestart()
 				count("Postgres crash-restart")
 			case 4: // row 11
 				i := rng.IntN(len(workers))
@@ -197,9 +215,7 @@ func TestChaos(t *testing.T) {
 					t.Errorf("pause a worker: %v", err)
 					return
 				}
-				pg.ctl("stop", "-m", "immediate")
-				time.Sleep(300 * time.Millisecond)
-				pg.ctl("start")
+				crashRestart()
 				time.Sleep(12 * time.Second)
 				if err := workers[i].Signal(syscall.SIGCONT); err != nil {
 					t.Errorf("resume a worker: %v", err)
@@ -209,6 +225,17 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	})
+
+	var partitioned atomic.Bool
+	if partition {
+		wg.Go(func() {
+			partitioned.Store(partitionOnline(t, w, stop, func() {
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+				crashRestart()
+				count("Postgres crash-restart during the conversion")
+			}, count))
+		})
+	}
 
 	// Every saga must be resolved before the test's own deadline (go test -timeout).
 	waitUntil := time.Now().Add(time.Hour)
@@ -309,9 +336,15 @@ func TestChaos(t *testing.T) {
 	fmt.Println("| intents | effects | duplicates | missing compensations | stuck receipts | unresolved receipts | unresolved workflows | events processed twice | events lost |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	fmt.Printf("| %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, effects, duplicates, missing, stuck, unresolved, unresolvedWorkflows.Load(), eventsTwice, eventsLost)
+	if partition {
+		fmt.Printf("receipts partitioned while the sagas ran: %v\n", partitioned.Load())
+	}
 	fmt.Printf("faults injected: %v; declined cards (no effect intended): %d; charges held past the last attempt: %d, of which never sent: %d; sagas that gave up before any charge got through: %d\n",
 		events, declined, len(held), neverLanded, gaveUp)
 
+	if partition {
+		require.True(t, partitioned.Load(), "the receipts table was not partitioned before the sagas ended")
+	}
 	require.Zero(t, duplicates, "duplicate charges or refunds")
 	require.Zero(t, missing, "missing compensations")
 	require.Zero(t, stuck, "stuck receipts")
@@ -321,6 +354,40 @@ func TestChaos(t *testing.T) {
 	require.Zero(t, eventsTwice, "events processed twice")
 	require.Zero(t, eventsLost, "events lost")
 	require.Equal(t, n-declined-neverLanded-gaveUp, effects, "effects differ from the intents that should have taken effect")
+}
+
+// partitionOnline converts w's receipts table to daily partitions while the chaos runs: a few
+// seconds in, with crash crash-restarting Postgres in the middle of that first conversion, and
+// again after each failure (Postgres restarting, a backend terminated, a lock timeout behind a
+// paused worker) until a conversion goes through or stop closes. It reports whether the table
+// ended partitioned.
+func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(), count func(string)) bool {
+	store, err := activity.NewStore(w.db(), &activity.Config{Schema: w.schema})
+	if err != nil {
+		t.Errorf("partition: %v", err)
+		return false
+	}
+	var crashing sync.WaitGroup
+	defer crashing.Wait()
+	for attempt, wait := 1, 5*time.Second; ; attempt, wait = attempt+1, 2*time.Second {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(wait):
+		}
+		if attempt == 1 {
+			crashing.Go(crash)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := store.Partition(ctx)
+		cancel()
+		if err == nil {
+			count("receipts partitioned online")
+			return true
+		}
+		count("partition attempt failed")
+		t.Logf("partition the receipts (will try again): %v", err)
+	}
 }
 
 // unresolvedCondition is the activity package's definition of an unresolved receipt (its
