@@ -92,6 +92,23 @@ func (q *completions) send(batch []*completion) {
 		c.skipped = err == nil && !c.written
 		return
 	}
+	written := map[reservation]bool{}
+	err := q.store.query(ctx, noSettings, q.store.sql.completeBatch, q.store.completeBatchArgs(batch),
+		func(rows pgx.Rows) error {
+			var r pgtype.UUID
+			if err := rows.Scan(&r); err != nil {
+				return err
+			}
+			written[r.Bytes] = true
+			return nil
+		})
+	for _, c := range batch {
+		c.written, c.skipped, c.err = written[c.reservation], err == nil && !written[c.reservation], err
+	}
+}
+
+// completeBatchArgs are the arguments of completeBatch for batch.
+func (s *Store) completeBatchArgs(batch []*completion) []any {
 	n := len(batch)
 	var (
 		namespaces, tenants, operations, ids = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -108,20 +125,8 @@ func (q *completions) send(batch []*completion) {
 		o := c.outcome
 		states[i], results[i], failures[i], errTypes[i], errMsgs[i] = o.state, o.result, o.failure, o.errType, o.errMsg
 	}
-	written := map[reservation]bool{}
-	err := q.store.query(ctx, noSettings, q.store.sql.completeBatch, []any{namespaces, tenants, operations, ids, reservations,
-		fingerprints, versions, states, results, failures, errTypes, errMsgs, q.store.cfg.Retention.Microseconds()},
-		func(rows pgx.Rows) error {
-			var r pgtype.UUID
-			if err := rows.Scan(&r); err != nil {
-				return err
-			}
-			written[r.Bytes] = true
-			return nil
-		})
-	for _, c := range batch {
-		c.written, c.skipped, c.err = written[c.reservation], err == nil && !written[c.reservation], err
-	}
+	return []any{namespaces, tenants, operations, ids, reservations, fingerprints, versions, states, results, failures,
+		errTypes, errMsgs, s.cfg.Retention.Microseconds()}
 }
 
 // completeOne writes one completion that a batch skipped, on its own and outside the queue,

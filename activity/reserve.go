@@ -102,31 +102,14 @@ func (q *reservations) send(batch []*reserveReq) {
 		return
 	}
 	s, n := q.store, len(batch)
-	var (
-		namespaces, tenants, operations, ids, tokens = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		fingerprints                                 = make([][]byte, n)
-		versions                                     = make([]int16, n)
-		reservations                                 = make([]pgtype.UUID, n)
-		leases                                       = make([]int64, n)
-		workflowIDs, runIDs, activityIDs             = make([]*string, n), make([]*string, n), make([]*string, n)
-		activityTypes, compensates                   = make([]*string, n), make([]*string, n)
-	)
 	settings := s.sql.settingsAsync
-	for i, r := range batch {
-		c, k := r.call, r.call.Key
-		namespaces[i], tenants[i], operations[i], ids[i], tokens[i] = k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token())
-		fingerprints[i], versions[i] = c.Fingerprint.Sum[:], c.Fingerprint.Version
-		reservations[i], leases[i] = r.reservation.uuid(), r.lease.Microseconds()
-		o := c.origin
-		workflowIDs[i], runIDs[i], activityIDs[i], activityTypes[i], compensates[i] = o.workflowID, o.runID, o.activityID, o.activityType, o.compensates
-		if s.reserveSettings(c) != s.sql.settingsAsync {
+	for _, r := range batch {
+		if s.reserveSettings(r.call) != s.sql.settingsAsync {
 			settings = s.sql.settings // one reservation that must be durable makes the commit durable
 		}
 	}
 	got := make([]bool, n)
-	err := s.query(ctx, settings, s.sql.reserveBatch, []any{namespaces, tenants, operations, ids, tokens,
-		fingerprints, versions, reservations, leases, s.cfg.Retention.Microseconds(),
-		workflowIDs, runIDs, activityIDs, activityTypes, compensates}, func(rows pgx.Rows) error {
+	err := s.query(ctx, settings, s.sql.reserveBatch, s.reserveBatchArgs(batch), func(rows pgx.Rows) error {
 		var i int64
 		r, err := scanReceipt(numberedRow{rows, &i})
 		if err == nil && i >= 1 && i <= int64(n) {
@@ -142,6 +125,30 @@ func (q *reservations) send(batch []*reserveReq) {
 			r.err = pgx.ErrNoRows
 		}
 	}
+}
+
+// reserveBatchArgs are the arguments of reserveBatch for batch.
+func (s *Store) reserveBatchArgs(batch []*reserveReq) []any {
+	n := len(batch)
+	var (
+		namespaces, tenants, operations, ids, tokens = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		fingerprints                                 = make([][]byte, n)
+		versions                                     = make([]int16, n)
+		reservations                                 = make([]pgtype.UUID, n)
+		leases                                       = make([]int64, n)
+		workflowIDs, runIDs, activityIDs             = make([]*string, n), make([]*string, n), make([]*string, n)
+		activityTypes, compensates                   = make([]*string, n), make([]*string, n)
+	)
+	for i, r := range batch {
+		c, k := r.call, r.call.Key
+		namespaces[i], tenants[i], operations[i], ids[i], tokens[i] = k.Namespace, k.Tenant, k.Operation, k.ID, string(k.Token())
+		fingerprints[i], versions[i] = c.Fingerprint.Sum[:], c.Fingerprint.Version
+		reservations[i], leases[i] = r.reservation.uuid(), r.lease.Microseconds()
+		o := c.origin
+		workflowIDs[i], runIDs[i], activityIDs[i], activityTypes[i], compensates[i] = o.workflowID, o.runID, o.activityID, o.activityType, o.compensates
+	}
+	return []any{namespaces, tenants, operations, ids, tokens, fingerprints, versions, reservations, leases,
+		s.cfg.Retention.Microseconds(), workflowIDs, runIDs, activityIDs, activityTypes, compensates}
 }
 
 // numberedRow is a row of reserveBatch: the number of the reservation it answers (its place in

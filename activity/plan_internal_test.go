@@ -1,0 +1,121 @@
+package activity
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestKeyedStatementsUseTheKey asks Postgres how it would run each statement that finds
+// receipts by their key, on the table a busy worker leaves between two vacuums: statistics that
+// say almost nothing is pending, and an unresolved index that still holds an entry for each of
+// thousands of receipts completed since. Every one must reach its rows through the key's index.
+// The unresolved index is partial, and the planner would take it for any statement that says
+// state = 'pending' — scanning it whole for one key, live and dead entries alike, a cost that
+// grows with the load (see stillPending) — and a sequential scan reads the whole table.
+//
+// With TEMPOTENT_TEST_PARTITIONED set, on the partitioned table, where each day's partition has its
+// own copy of each index (and the days created ahead, empty, are read sequentially).
+func TestKeyedStatementsUseTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := reserveStore(t, Config{})
+	if os.Getenv("TEMPOTENT_TEST_PARTITIONED") != "" {
+		require.NoError(t, s.Partition(ctx))
+	}
+	// Receipts reserved and then completed, as a worker leaves them, written in bulk.
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table()+` (namespace, tenant, operation, id, token, fingerprint,
+		fingerprint_version, state, reservation, lease_expires_at, expires_at)
+	SELECT 'reserve', '', 'Charge', 'done-' || g, 'token-' || g, '\x00', 1, 'pending', gen_random_uuid(),
+		now() + interval '1 minute', now() + interval '7 days'
+	FROM generate_series(1, 2000) AS g`)
+	require.NoError(t, err)
+	_, err = s.db.Exec(ctx, `UPDATE `+s.table()+` SET state = 'completed', result = '1', lease_expires_at = NULL`)
+	require.NoError(t, err)
+	_, err = s.db.Exec(ctx, `ANALYZE `+s.table())
+	require.NoError(t, err)
+
+	held := reserveCall(t, "held", true)
+	res := newReservation()
+	_, err = s.reserveOne(ctx, &reserveReq{call: held, reservation: res, lease: time.Hour})
+	require.NoError(t, err)
+	k := held.Key
+	completed := func(id string) *completion {
+		c := reserveCall(t, id, true)
+		return &completion{key: c.Key, reservation: newReservation(), fingerprint: c.Fingerprint,
+			outcome: outcome{state: StateCompleted, result: []byte("1")}}
+	}
+	reservation := func(id string) *reserveReq {
+		return &reserveReq{call: reserveCall(t, id, true), reservation: newReservation(), lease: time.Minute}
+	}
+	statements := []struct {
+		name, sql string
+		args      []any
+	}{
+		{"read", s.sql.read, []any{k.Namespace, k.Tenant, k.Operation, k.ID}},
+		{"reserve", s.sql.reserve, s.reserveArgs(reserveCall(t, "new", true), newReservation(), time.Minute)},
+		{"reserveBatch", s.sql.reserveBatch, s.reserveBatchArgs([]*reserveReq{reservation("new-1"), reservation("new-2")})},
+		{"takeOver", s.sql.takeOver, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), newReservation().uuid(),
+			time.Minute.Microseconds(), s.cfg.Retention.Microseconds()}},
+		{"complete", s.sql.complete, completed("held").args(s)},
+		{"completeSkipLocked", s.sql.completeSkipLocked, completed("held").args(s)},
+		{"completeBatch", s.sql.completeBatch, s.completeBatchArgs([]*completion{completed("held"), completed("other")})},
+		{"release", s.sql.release, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), true, newReservation().uuid(), int64(0)}},
+		{"extend", s.sql.extend, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), time.Minute.Microseconds()}},
+	}
+	for _, st := range statements {
+		var plan []struct{ Plan planNode }
+		require.NoError(t, s.db.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&plan), st.name)
+		require.Len(t, plan, 1, st.name)
+		scans := 0
+		for _, n := range plan[0].Plan.all() {
+			switch {
+			case n.NodeType == "Seq Scan":
+				// The planner reads an empty table (a day's partition created ahead) so.
+				var rows bool
+				require.NoError(t, s.db.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %q.%q)`, s.cfg.Schema, n.Relation)).Scan(&rows))
+				if rows {
+					t.Errorf("%s reads %s sequentially", st.name, n.Relation)
+				}
+			case n.Index != "":
+				scans++
+				var partial, byKey bool
+				require.NoError(t, s.db.QueryRow(ctx, `SELECT i.indpred IS NOT NULL, a.attname = 'namespace'
+					FROM pg_index AS i JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+					WHERE i.indexrelid = to_regclass($1)`, fmt.Sprintf("%q.%q", s.cfg.Schema, n.Index)).Scan(&partial, &byKey),
+					"%s: index %s", st.name, n.Index)
+				if partial || !byKey {
+					t.Errorf("%s looks its key up in %s, not in the key's index:\n%s", st.name, n.Index, plan[0].Plan)
+				}
+			}
+		}
+		require.NotZero(t, scans, "%s uses no index", st.name)
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON)'s plan, with the fields the test looks at.
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// all is n and every node below it.
+func (n planNode) all() []planNode {
+	nodes := []planNode{n}
+	for _, p := range n.Plans {
+		nodes = append(nodes, p.all()...)
+	}
+	return nodes
+}
+
+func (n planNode) String() string {
+	b, _ := json.MarshalIndent(n, "", "  ")
+	return string(b)
+}
