@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,34 +70,67 @@ func TestKeyedStatementsUseTheKey(t *testing.T) {
 		{"release", s.sql.release, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), true, newReservation().uuid(), int64(0)}},
 		{"extend", s.sql.extend, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), time.Minute.Microseconds()}},
 	}
+	// Each statement as Postgres runs it: planned for its arguments (a custom plan), and on the
+	// plan it makes once for any arguments (the generic plan, which it chooses by itself for a
+	// statement that a custom plan does not beat, and batchSettings forces on the batches).
+	conn, err := s.db.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
 	for _, st := range statements {
-		var plan []struct{ Plan planNode }
-		require.NoError(t, s.db.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&plan), st.name)
-		require.Len(t, plan, 1, st.name)
-		scans := 0
-		for _, n := range plan[0].Plan.all() {
-			switch {
-			case n.NodeType == "Seq Scan":
-				// The planner reads an empty table (a day's partition created ahead) so.
-				var rows bool
-				require.NoError(t, s.db.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %q.%q)`, s.cfg.Schema, n.Relation)).Scan(&rows))
-				if rows {
-					t.Errorf("%s reads %s sequentially", st.name, n.Relation)
-				}
-			case n.Index != "":
-				scans++
-				var partial, byKey bool
-				require.NoError(t, s.db.QueryRow(ctx, `SELECT i.indpred IS NOT NULL, a.attname = 'namespace'
-					FROM pg_index AS i JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-					WHERE i.indexrelid = to_regclass($1)`, fmt.Sprintf("%q.%q", s.cfg.Schema, n.Index)).Scan(&partial, &byKey),
-					"%s: index %s", st.name, n.Index)
-				if partial || !byKey {
-					t.Errorf("%s looks its key up in %s, not in the key's index:\n%s", st.name, n.Index, plan[0].Plan)
-				}
+		var custom []struct{ Plan planNode }
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&custom), st.name)
+		require.Len(t, custom, 1, st.name)
+		checkKeyedPlan(t, s, st.name+" (custom plan)", custom[0].Plan)
+
+		_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		name := "keyed_" + strings.ToLower(st.name) // as EXECUTE spells it
+		_, err = conn.Conn().Prepare(ctx, name, st.sql)
+		require.NoError(t, err, st.name)
+		params := make([]string, len(st.args))
+		for i := range params {
+			params[i] = fmt.Sprintf("$%d", i+1)
+		}
+		// EXPLAIN EXECUTE takes no bind parameters: pgx writes the arguments into its text.
+		var generic []struct{ Plan planNode }
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+strings.Join(params, ", ")+")",
+			append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)...).Scan(&generic), st.name)
+		require.Len(t, generic, 1, st.name)
+		checkKeyedPlan(t, s, st.name+" (generic plan)", generic[0].Plan)
+		require.NoError(t, conn.Conn().Deallocate(ctx, name))
+		_, err = conn.Exec(ctx, "RESET plan_cache_mode")
+		require.NoError(t, err)
+	}
+}
+
+// checkKeyedPlan fails t unless plan reaches its rows through the key's index: no partial index,
+// no index whose first column is not the key's, no sequential scan of a relation that holds rows.
+func checkKeyedPlan(t *testing.T, s *Store, name string, plan planNode) {
+	t.Helper()
+	ctx := context.Background()
+	scans := 0
+	for _, n := range plan.all() {
+		switch {
+		case n.NodeType == "Seq Scan":
+			// The planner reads an empty table (a day's partition created ahead) so.
+			var rows bool
+			require.NoError(t, s.db.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %q.%q)`, s.cfg.Schema, n.Relation)).Scan(&rows))
+			if rows {
+				t.Errorf("%s reads %s sequentially:\n%s", name, n.Relation, plan)
+			}
+		case n.Index != "":
+			scans++
+			var partial, byKey bool
+			require.NoError(t, s.db.QueryRow(ctx, `SELECT i.indpred IS NOT NULL, a.attname = 'namespace'
+				FROM pg_index AS i JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+				WHERE i.indexrelid = to_regclass($1)`, fmt.Sprintf("%q.%q", s.cfg.Schema, n.Index)).Scan(&partial, &byKey),
+				"%s: index %s", name, n.Index)
+			if partial || !byKey {
+				t.Errorf("%s looks its key up in %s, not in the key's index:\n%s", name, n.Index, plan)
 			}
 		}
-		require.NotZero(t, scans, "%s uses no index", st.name)
 	}
+	require.NotZero(t, scans, "%s uses no index", name)
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan, with the fields the test looks at.
