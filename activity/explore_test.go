@@ -1211,8 +1211,7 @@ var errConnectionLost = errors.New("explore: the connection to Postgres was lost
 func (b *steppedBatcher) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.BatchResults {
 	q := batch.QueuedQueries[len(batch.QueuedQueries)-1]
 	name := b.a.store.statementName(q.SQL)
-	first := batch.QueuedQueries[0].SQL
-	async := first == b.a.store.sql.settingsAsync || first == b.a.store.sql.batchSettingsAsync
+	async := batch.QueuedQueries[0].SQL == b.a.store.sql.settingsAsync
 	act := b.a.park(name, q.Arguments)
 	if b.a.zombie && act != backendGone && (name == "release" || name == "complete" || name == "completeSkipLocked") {
 		// It still holds the receipt as it records its outcome: no one took over while it

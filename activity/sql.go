@@ -17,7 +17,7 @@ import "fmt"
 // (tableoid, ctid), never ctid alone: on a partitioned table (Store.Partition) the same ctid
 // names a row in every partition.
 type statements struct {
-	settings, settingsAsync, batchSettings, batchSettingsAsync, txSettings                        string
+	settings, settingsAsync, txSettings                                                           string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
 	release, extend, insertFinal                                                                  string
 	purge, countUnresolved, countSince                                                            string
@@ -59,22 +59,6 @@ func newStatements(table string) statements {
 		// Store.reserveSettings for when that is safe.
 		settingsAsync: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
 	set_config('synchronous_commit', 'off', true)`,
-
-		// batchSettings and batchSettingsAsync are settings and settingsAsync for the statements
-		// that write a batch (reserveBatch, completeBatch): they also have the batch statement
-		// run on its generic plan, made once per connection, instead of planned again at every
-		// execution. Postgres plans a prepared statement afresh (a custom plan) for as long as it
-		// estimates that cheaper than the generic one, and for a statement over arrays whose
-		// length the generic plan can only guess, it always does: planning then cost more than
-		// running. Measured back to back on one connection, batches of 4 (a throwaway test,
-		// asynchronous commit): reserveBatch 820–840 µs custom against 410–590 µs generic,
-		// completeBatch 715–725 against 375–580, and on a partitioned table (13 partitions, each
-		// planned) completeBatch 2,300–2,550 against 745–770. TestKeyedStatementsUseTheKey holds
-		// both plans, custom and generic, to the key's index.
-		batchSettings: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
-	set_config('plan_cache_mode', 'force_generic_plan', true)`,
-		batchSettingsAsync: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
-	set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`,
 
 		// txSettings open a DoTx transaction: its lock timeout, and how long it may sit idle
 		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
@@ -141,9 +125,8 @@ FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table,
 		// the other completions of the batch; the caller writes a skipped completion on its own
 		// with complete, which tells a lock (a wait, then a write) from a fenced-out attempt
 		// (no row). Each completion's row is looked up by its key on its own (the lateral join),
-		// whatever the planner estimates of the batch or of the pending receipts. It runs on its
-		// generic plan (batchSettings). A batch of one uses completeSkipLocked, alone in its
-		// round trip.
+		// whatever the planner estimates of the batch or of the pending receipts. (A batch of one
+		// uses completeSkipLocked, alone in its round trip.)
 		completeBatch: fmt.Sprintf(`
 WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::bytea[], $7::smallint[],
