@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,26 +84,36 @@ func TestKeyedStatementsUseTheKey(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&custom), st.name)
 		require.Len(t, custom, 1, st.name)
 		checkKeyedPlan(t, s, st.name+" (custom plan)", custom[0].Plan)
-
-		_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-		require.NoError(t, err)
-		name := "keyed_" + strings.ToLower(st.name) // as EXECUTE spells it
-		_, err = conn.Conn().Prepare(ctx, name, st.sql)
-		require.NoError(t, err, st.name)
-		params := make([]string, len(st.args))
-		for i := range params {
-			params[i] = fmt.Sprintf("$%d", i+1)
-		}
-		// EXPLAIN EXECUTE takes no bind parameters: pgx writes the arguments into its text.
-		var generic []struct{ Plan planNode }
-		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+strings.Join(params, ", ")+")",
-			append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)...).Scan(&generic), st.name)
-		require.Len(t, generic, 1, st.name)
-		checkKeyedPlan(t, s, st.name+" (generic plan)", generic[0].Plan)
-		require.NoError(t, conn.Conn().Deallocate(ctx, name))
-		_, err = conn.Exec(ctx, "RESET plan_cache_mode")
-		require.NoError(t, err)
+		checkKeyedPlan(t, s, st.name+" (generic plan)", explainGeneric(t, conn, st.name, st.sql, st.args))
 	}
+}
+
+// explainGeneric returns the generic plan Postgres makes for sql on conn: the statement prepared
+// under force_generic_plan, then EXPLAIN EXECUTE with args. The setting is reset after, so that
+// the connection's next EXPLAIN plans for its arguments again.
+func explainGeneric(t *testing.T, conn *pgxpool.Conn, name, sql string, args []any) planNode {
+	t.Helper()
+	ctx := context.Background()
+	_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	defer func() {
+		_, err := conn.Exec(ctx, "RESET plan_cache_mode")
+		require.NoError(t, err)
+	}()
+	prepared := "keyed_" + strings.ToLower(name) // as EXECUTE spells it
+	_, err = conn.Conn().Prepare(ctx, prepared, sql)
+	require.NoError(t, err, name)
+	defer func() { require.NoError(t, conn.Conn().Deallocate(ctx, prepared)) }()
+	params := make([]string, len(args))
+	for i := range params {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	// EXPLAIN EXECUTE takes no bind parameters: pgx writes the arguments into its text.
+	var plan []struct{ Plan planNode }
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+prepared+"("+strings.Join(params, ", ")+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&plan), name)
+	require.Len(t, plan, 1, name)
+	return plan[0].Plan
 }
 
 // checkKeyedPlan fails t unless plan reaches its rows through the key's index: no partial index,
