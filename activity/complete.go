@@ -93,7 +93,7 @@ func (q *completions) send(batch []*completion) {
 		return
 	}
 	written := map[reservation]bool{}
-	err := q.store.query(ctx, noSettings, q.store.sql.completeBatch, q.store.completeBatchArgs(batch),
+	err := q.store.query(ctx, q.store.sql.completeBatchSettings, q.store.sql.completeBatch, q.store.completeBatchArgs(batch),
 		func(rows pgx.Rows) error {
 			var r pgtype.UUID
 			if err := rows.Scan(&r); err != nil {

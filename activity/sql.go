@@ -17,7 +17,7 @@ import "fmt"
 // (tableoid, ctid), never ctid alone: on a partitioned table (Store.Partition) the same ctid
 // names a row in every partition.
 type statements struct {
-	settings, settingsAsync, txSettings                                                           string
+	settings, settingsAsync, txSettings, completeBatchSettings                                    string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
 	release, extend, insertFinal                                                                  string
 	purge, countUnresolved, countSince                                                            string
@@ -59,6 +59,18 @@ func newStatements(table string) statements {
 		// Store.reserveSettings for when that is safe.
 		settingsAsync: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
 	set_config('synchronous_commit', 'off', true)`,
+
+		// completeBatchSettings are settings with sequential scans priced out while
+		// completeBatch is planned. Postgres keeps the generic plan it makes for a statement
+		// until the table is next analyzed, and made while the table looked a few pages long (a
+		// new table, the first minute of a deployment; a day's partition created ahead) that
+		// plan found the batch's rows by reading the whole table into a hash, at every
+		// completion until autovacuum came by. Without sequential scans it reaches each row by
+		// its address, as it does on a table of any size. (reserveBatch needs no setting: its
+		// lookup is a subquery the planner keeps apart, where the key's index always wins.)
+		// TestKeyedPlansMadeOnAFreshTable.
+		completeBatchSettings: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
+	set_config('enable_seqscan', 'off', true)`,
 
 		// txSettings open a DoTx transaction: its lock timeout, and how long it may sit idle
 		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
@@ -261,7 +273,10 @@ SELECT false, existing.* FROM existing`, table, receiptColumns)
 // the one it found, as reserve returns them. An attempt with no row met a receipt committed after
 // the statement's snapshot, as in reserve. The rows are inserted in key order, so that two
 // batches inserting the same keys in two processes wait on each other in the same order instead
-// of deadlocking.
+// of deadlocking. Each attempt's receipt is looked up by its key on its own (the lateral join,
+// OFFSET 0 keeping the planner from merging it into a join over the whole table): a plan made
+// while the table looked small, which Postgres may keep long after (completeBatchSettings),
+// would otherwise read all of it at every batch.
 func reserveBatch(table string) string {
 	return fmt.Sprintf(`
 WITH b AS (
@@ -272,7 +287,8 @@ WITH b AS (
 ), existing AS (
 	SELECT b.n, false, e.* FROM b CROSS JOIN LATERAL (
 		SELECT %[2]s FROM %[1]s AS r
-		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)) AS e
+		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)
+		OFFSET 0) AS e
 ), inserted AS (
 	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
 		state, reservation, lease_expires_at, expires_at,
