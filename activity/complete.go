@@ -2,7 +2,6 @@ package activity
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -32,13 +31,12 @@ type completions struct {
 type completion struct {
 	key         keys.Key
 	reservation reservation
-	bucket      time.Time // the receipt's, as the attempt last saw it (see statements: pinned)
 	fingerprint keys.Fingerprint
 	outcome     outcome
 
 	done    chan struct{}
 	written bool  // the reservation held and the outcome is recorded
-	skipped bool  // the batch skipped it (locked, moved, or fenced out): write it alone to know which
+	skipped bool  // the batch skipped it (locked, or fenced out): write it alone to know which
 	err     error // the batch could not be written
 }
 
@@ -89,7 +87,7 @@ func (q *completions) send(batch []*completion) {
 	defer cancel()
 	if len(batch) == 1 {
 		c := batch[0]
-		tag, err := q.store.execOn(ctx, q.store.receipts, noSettings, q.store.sql.completeSkipLocked, append(c.args(q.store), c.bucket)...)
+		tag, err := q.store.execOn(ctx, q.store.receipts, noSettings, q.store.sql.completeSkipLocked, c.args(q.store)...)
 		c.written, c.err = tag.RowsAffected() > 0, err
 		c.skipped = err == nil && !c.written
 		return
@@ -120,17 +118,15 @@ func (s *Store) completeBatchArgs(batch []*completion) []any {
 		states                               = make([]string, n)
 		results, failures                    = make([][]byte, n), make([][]byte, n)
 		errTypes, errMsgs                    = make([]*string, n), make([]*string, n)
-		buckets                              = make([]time.Time, n)
 	)
 	for i, c := range batch {
 		namespaces[i], tenants[i], operations[i], ids[i] = c.key.Namespace, c.key.Tenant, c.key.Operation, c.key.ID
 		reservations[i], fingerprints[i], versions[i] = c.reservation.uuid(), c.fingerprint.Sum[:], c.fingerprint.Version
 		o := c.outcome
 		states[i], results[i], failures[i], errTypes[i], errMsgs[i] = o.state, o.result, o.failure, o.errType, o.errMsg
-		buckets[i] = c.bucket
 	}
 	return []any{namespaces, tenants, operations, ids, reservations, fingerprints, versions, states, results, failures,
-		errTypes, errMsgs, s.cfg.Retention.Microseconds(), buckets}
+		errTypes, errMsgs, s.cfg.Retention.Microseconds()}
 }
 
 // completeOne writes one completion that a batch skipped, on its own and outside the queue,
@@ -140,7 +136,7 @@ func (s *Store) completeOne(ctx context.Context, c *completion) (bool, error) {
 	return tag.RowsAffected() > 0, err
 }
 
-// args are the parameters of complete, and of completeSkipLocked without its bucket.
+// args are the parameters of complete and completeSkipLocked.
 func (c *completion) args(s *Store) []any {
 	k, o := c.key, c.outcome
 	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, c.reservation.uuid(), c.fingerprint.Sum[:], c.fingerprint.Version,

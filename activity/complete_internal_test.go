@@ -42,11 +42,10 @@ func TestTakeKeepsTheBatchBounds(t *testing.T) {
 }
 
 // TestBatchSkipsWhatItCannotWrite sends batches of one and of several, with a receipt locked by
-// another transaction, a receipt moved out of the bucket its attempt knows (as Purge moves the
-// receipts a retired day must keep), and a completion whose reservation no longer holds its
-// receipt: the batch writes the others at once and marks those skipped (not written, no error),
-// for their callers to write alone; written alone, the locked one is recorded once the lock is
-// gone, the moved one at once, and the fenced-out one not at all.
+// another transaction and a completion whose reservation no longer holds its receipt: the batch
+// writes the others at once and marks those two skipped (not written, no error), for their
+// callers to write alone; written alone, the locked one is recorded once the lock is gone and
+// the fenced-out one is not.
 func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -60,11 +59,10 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	reserved := func(id string) *completion {
 		k := keys.Key{Namespace: "batch", Operation: "Charge", ID: id}
 		res := newReservation()
-		r, err := scanReceipt(s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.reserve,
+		_, err := scanReceipt(s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.reserve,
 			s.reserveArgs(Call{Key: k, Fingerprint: fp}, res, time.Hour)...))
 		require.NoError(t, err)
-		require.False(t, r.bucket.IsZero(), "reserve returned no bucket")
-		return &completion{key: k, reservation: res, bucket: r.bucket, fingerprint: fp,
+		return &completion{key: k, reservation: res, fingerprint: fp,
 			outcome: outcome{state: StateCompleted, result: []byte("1")}, done: make(chan struct{})}
 	}
 	lock := func(c *completion) (unlock func()) {
@@ -74,10 +72,6 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 		_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.key.ID)
 		require.NoError(t, err)
 		return func() { require.NoError(t, tx.Rollback(ctx)) }
-	}
-	move := func(c *completion) {
-		_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "receipts"}.Sanitize()+" SET bucket = bucket + interval '1 day' WHERE id = $1", c.key.ID)
-		require.NoError(t, err)
 	}
 	requireSkipped := func(c *completion) {
 		t.Helper()
@@ -95,25 +89,15 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, written)
 
-	movedAlone := reserved("moved-alone")
-	move(movedAlone)
-	s.completions.send([]*completion{movedAlone})
-	requireSkipped(movedAlone)
-	written, err = s.completeOne(ctx, movedAlone)
-	require.NoError(t, err)
-	require.True(t, written, "a moved receipt was not completed")
-
-	locked, free, moved, fenced := reserved("locked"), reserved("free"), reserved("moved"), reserved("fenced")
+	locked, free, fenced := reserved("locked"), reserved("free"), reserved("fenced")
 	fenced.reservation = newReservation() // taken over since
-	move(moved)
 	unlock = lock(locked)
-	batch := []*completion{locked, free, moved, fenced}
+	batch := []*completion{locked, free, fenced}
 	for _, c := range batch {
 		c.done = make(chan struct{})
 	}
 	s.completions.send(batch)
 	requireSkipped(locked)
-	requireSkipped(moved)
 	requireSkipped(fenced)
 	require.True(t, free.written)
 	require.False(t, free.skipped)
@@ -121,9 +105,6 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	written, err = s.completeOne(ctx, locked)
 	require.NoError(t, err)
 	require.True(t, written)
-	written, err = s.completeOne(ctx, moved)
-	require.NoError(t, err)
-	require.True(t, written, "a moved receipt was not completed")
 	written, err = s.completeOne(ctx, fenced)
 	require.NoError(t, err)
 	require.False(t, written, "a completion whose reservation was taken over was recorded")

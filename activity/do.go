@@ -48,7 +48,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 	if r.inserted {
 		obs.count(MetricReserved)
 		reserving.end(nil)
-		return s.run(ctx, &attempt{call: c, reservation: res, bucket: r.bucket, obs: obs}, fn)
+		return s.run(ctx, &attempt{call: c, reservation: res, obs: obs}, fn)
 	}
 
 	// At most a few rounds: each round either answers, or lost a takeover race to an attempt
@@ -84,7 +84,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		}
 		var fence, ageUS int64
 		err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.takeOver, k.Namespace, k.Tenant, k.Operation, k.ID, r.reservation,
-			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS, &a.bucket)
+			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS)
 		if err == nil {
 			a.age = time.Duration(ageUS) * time.Microsecond
 			obs.count(MetricTakenOver)
@@ -128,10 +128,7 @@ func (s *Store) retryAfter(wait time.Duration) time.Duration {
 type attempt struct {
 	call        Call
 	reservation reservation
-	// bucket is the receipt's, as reserving or taking it over returned it: where its
-	// completion looks for it first (see statements: pinned).
-	bucket time.Time
-	obs    observer
+	obs         observer
 	// effectPossible says that an earlier attempt may have had the effect, and nothing has
 	// shown since that it did not. It is written back to the receipt when this attempt
 	// releases it, so that no attempt forgets what an earlier one may have done.
@@ -303,7 +300,7 @@ func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err
 		if encErr != nil {
 			return encErr
 		}
-		written, dbErr = s.completions.complete(wctx, &completion{key: k, reservation: a.reservation, bucket: a.bucket,
+		written, dbErr = s.completions.complete(wctx, &completion{key: k, reservation: a.reservation,
 			fingerprint: a.call.Fingerprint, outcome: out})
 	}
 	if dbErr != nil {

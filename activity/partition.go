@@ -17,8 +17,7 @@ import (
 // A busy store keeps hundreds of millions of receipts, and purging them by DELETE rewrites and
 // then vacuums every row it removes (bench/README.md, row 11). Store.Partition turns the receipts
 // table into one partition per UTC day of a column of its own, bucket (when the receipt was
-// written, or moved; migration 005 adds it to every receipts table), so that Purge drops a whole
-// day at once instead. What changes:
+// written, or moved), so that Purge drops a whole day at once instead. What changes:
 //
 //   - A key's uniqueness. A partitioned table's unique index must include the partition column,
 //     so (namespace, tenant, operation, id) alone is no longer unique in Postgres' own eyes: two
@@ -36,10 +35,8 @@ import (
 //     which decides whether the token may still be sent, is kept), then detaches and drops the
 //     partition, checking under the detach's lock that nothing that must stay is left in it.
 //
-// Nothing else changes: every statement addresses the parent table. A lookup by key probes each
-// partition's index (bench/README.md, row 11: 2.09× a plain table's lookup with 9 partitions);
-// a completion looks in the one partition of the bucket its attempt's reservation returned, and
-// by the key alone only if the receipt has moved since (see statements: pinned).
+// Nothing else changes: every statement addresses the parent table, and a lookup by key probes
+// each partition's index (bench/README.md, row 11: 2.09× a plain table's lookup with 9 partitions).
 
 const (
 	// partitionsAhead is how many days of partitions Purge keeps created ahead of today: three
@@ -74,10 +71,11 @@ const keep = `(expires_at > now() OR state = 'pending' OR error_type = 'tempoten
 // after Migrate; workers may keep running. The existing rows become one partition,
 // receipts_legacy, that Purge drops like any other once they have all expired.
 //
-// What it costs: a unique index including the partition column is built concurrently, without
-// blocking writes; a check constraint is validated without blocking writes; then one short
-// transaction renames the table, creates the partitioned one, and attaches the old table under
-// the constraint, without reading it. That transaction waits at most Config.LockTimeout for the table's lock and blocks
+// What it costs: adding the partition column writes nothing (its default is a constant for the
+// rows already there); a unique index including it is built concurrently, without blocking writes;
+// a check constraint is validated without blocking writes; then one short transaction renames the
+// table, creates the partitioned one, and attaches the old table under the constraint, without
+// reading it. That transaction waits at most Config.LockTimeout for the table's lock and blocks
 // receipt statements while it runs (milliseconds; bench-scale measures it on 10 million receipts).
 // Building the index waits for every transaction older than it in the database to end.
 //
@@ -152,6 +150,7 @@ func (s *Store) convert(ctx context.Context) (err error) {
 		bounded bool
 		skip    bool
 	}{
+		{stmt: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS bucket timestamptz NOT NULL DEFAULT now()`, bounded: true},
 		{stmt: `DROP INDEX ` + q + `.receipts_bucket_key`, bounded: true, skip: !invalid},
 		{stmt: `CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS receipts_bucket_key ON ` + t + ` (namespace, tenant, operation, id, bucket)`},
 		{stmt: `ALTER TABLE ` + t + ` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, bounded: true}, // an earlier run's

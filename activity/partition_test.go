@@ -345,48 +345,6 @@ func TestPurgeDropsRetiredPartitionsAndKeepsWhatMustStay(t *testing.T) {
 	require.Equal(t, "ok", got)
 }
 
-// TestCompletionFindsAReceiptPurgeMoved runs an attempt that outlives its lease while its day is
-// retired: Purge moves the receipt (pending, its lease ended, its effect possible) into today's
-// partition and drops the day. Nobody took it over, so the attempt still holds it, and its
-// completion, which looks first in the bucket its reservation returned, must find it in the
-// new one: the outcome recorded once, and replayed.
-func TestCompletionFindsAReceiptPurgeMoved(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	s, schema := setupPlain(t, nil)
-	require.NoError(t, s.Partition(ctx))
-	c := call(t, "order-1/charge", 1)
-	calls := 0
-	got, err := activity.Do(ctx, s, c, func(context.Context) (string, error) {
-		calls++
-		require.Equal(t, schema+".receipts_legacy", partitionOf(t, schema, c.Key))
-		ageLegacy(t, schema)
-		_, err := pool.Exec(ctx, "UPDATE "+schema+".receipts SET lease_expires_at = now() - interval '1 second' WHERE id = $1", c.Key.ID)
-		require.NoError(t, err)
-		_, err = s.Purge(ctx, 0)
-		require.NoError(t, err)
-		require.NotEqual(t, schema+".receipts_legacy", partitionOf(t, schema, c.Key), "the receipt was not moved")
-		return "charged", nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, "charged", got)
-	var legacy *string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1)::text", schema+".receipts_legacy").Scan(&legacy))
-	require.Nil(t, legacy, "the retired day is still there")
-
-	got, err = activity.Do(ctx, s, c, func(context.Context) (string, error) {
-		calls++
-		return "charged again", nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, "charged", got)
-	require.Equal(t, 1, calls)
-	var state string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM "+schema+".receipts WHERE id = $1", c.Key.ID).Scan(&state))
-	require.Equal(t, activity.StateCompleted, state)
-}
-
 func TestPartitionedTableWithoutTodayFailsWithWhatToDo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -47,8 +47,6 @@ type receipt struct {
 	effectPossible bool
 	// age is how long ago the receipt was first reserved: when its token was first sent.
 	age time.Duration
-	// bucket is the day the receipt is kept under (see statements: pinned).
-	bucket time.Time
 }
 
 func scanReceipt(row pgx.Row) (receipt, error) {
@@ -61,7 +59,7 @@ func scanReceipt(row pgx.Row) (receipt, error) {
 		state     *string
 	)
 	err := row.Scan(&r.inserted, &r.fence, &r.reservation, &fp, &fpVersion, &state, &r.result, &r.failure,
-		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS, &r.bucket)
+		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS)
 	if err != nil {
 		return r, err
 	}

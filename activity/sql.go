@@ -16,15 +16,6 @@ import "fmt"
 // A statement that finds a row and then updates or deletes it by its physical address matches
 // (tableoid, ctid), never ctid alone: on a partitioned table (Store.Partition) the same ctid
 // names a row in every partition.
-//
-// Pinned: the statements of a batch of completions name the receipt's bucket as well as its key,
-// the bucket that reserving it or taking it over returned, so that on a partitioned table
-// Postgres reads the one partition that holds the receipt instead of probing every day's (each
-// probe of a partition is one more index to descend and, on a generic plan, one more to open).
-// A receipt can leave its bucket: Purge moves the live and unresolved receipts out of a day's
-// partition before dropping it. A pinned statement then finds nothing, and the completion is
-// written again by complete, which finds the row by its key alone, as it does a row the batch
-// skipped because it was locked.
 type statements struct {
 	settings, settingsAsync, txSettings, completeBatchSettings                                    string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
@@ -36,10 +27,10 @@ type statements struct {
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
 // column is the time left on the lease in microseconds, negative once it has ended (how long
 // ago); age is how long ago the receipt was first reserved, which is when its token was first
-// sent; bucket is what a completion names the receipt's partition by (see pinned).
+// sent.
 const receiptColumns = `fence, reservation, fingerprint, fingerprint_version, state, result, failure, error_type, error_message,
 	(extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible,
-	(extract(epoch FROM now() - created_at) * 1000000)::bigint, bucket`
+	(extract(epoch FROM now() - created_at) * 1000000)::bigint`
 
 // unresolved is the condition of a receipt whose outcome nobody knows: recorded as
 // OutcomeUnknown, or pending with an ended lease after an attempt that may have had its effect.
@@ -109,7 +100,7 @@ UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, e
 	updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 	AND reservation IS NOT DISTINCT FROM $5 AND %[2]s AND lease_expires_at <= now()
-RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint, bucket`, table, stillPending),
+RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, table, stillPending),
 
 		// complete records one attempt's outcome. Race: an attempt that was taken over (paused
 		// past its lease, timed out while still running, or holding a reservation that was lost)
@@ -127,11 +118,11 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 
 		// completeSkipLocked is complete for the writer of a batch of one: a row locked
 		// elsewhere is skipped rather than waited for, so that the completions queued behind it
-		// do not wait either (see completions). It finds the row in its bucket ($14; pinned).
+		// do not wait either (see completions).
 		completeSkipLocked: fmt.Sprintf(`
 WITH target AS (
 	SELECT tableoid, ctid FROM %[1]s
-	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND bucket = $14
+	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 		AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND %[2]s
 	FOR UPDATE SKIP LOCKED
 )
@@ -146,18 +137,18 @@ FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table,
 		// the other completions of the batch; the caller writes a skipped completion on its own
 		// with complete, which tells a lock (a wait, then a write) from a fenced-out attempt
 		// (no row). Each completion's row is looked up by its key on its own (the lateral join),
-		// whatever the planner estimates of the batch or of the pending receipts, in its bucket
-		// ($14; pinned). (A batch of one uses completeSkipLocked, alone in its round trip.)
+		// whatever the planner estimates of the batch or of the pending receipts. (A batch of one
+		// uses completeSkipLocked, alone in its round trip.)
 		completeBatch: fmt.Sprintf(`
 WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::bytea[], $7::smallint[],
-		$8::text[], $9::bytea[], $10::bytea[], $11::text[], $12::text[], $14::timestamptz[])
+		$8::text[], $9::bytea[], $10::bytea[], $11::text[], $12::text[])
 	AS b(namespace, tenant, operation, id, reservation, fingerprint, fingerprint_version,
-		state, result, failure, error_type, error_message, bucket)
+		state, result, failure, error_type, error_message)
 ), target AS (
 	SELECT r.rel, r.tid, b.* FROM b CROSS JOIN LATERAL (
 		SELECT tableoid AS rel, ctid AS tid FROM %[1]s AS r
-		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id) AND r.bucket = b.bucket
+		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)
 			AND r.reservation = b.reservation AND r.fingerprint = b.fingerprint
 			AND r.fingerprint_version = b.fingerprint_version AND %[2]s
 		FOR UPDATE SKIP LOCKED) AS r
@@ -267,10 +258,10 @@ WITH existing AS (
 		$11, $12, $13, $14, $15
 	WHERE NOT EXISTS (SELECT FROM existing)
 	ON CONFLICT DO NOTHING
-	RETURNING fence, bucket
+	RETURNING fence
 )
 SELECT true, fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
-	NULL::bigint, true, 0::bigint, bucket
+	NULL::bigint, true, 0::bigint
 FROM inserted
 UNION ALL
 SELECT false, existing.* FROM existing`, table, receiptColumns)
@@ -309,10 +300,10 @@ WITH b AS (
 	FROM b WHERE NOT EXISTS (SELECT FROM existing WHERE existing.n = b.n)
 	ORDER BY namespace, tenant, operation, id
 	ON CONFLICT DO NOTHING
-	RETURNING namespace, tenant, operation, id, fence, bucket
+	RETURNING namespace, tenant, operation, id, fence
 )
 SELECT b.n, true, inserted.fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
-	NULL::bigint, true, 0::bigint, inserted.bucket
+	NULL::bigint, true, 0::bigint
 FROM inserted JOIN b USING (namespace, tenant, operation, id)
 UNION ALL
 SELECT existing.* FROM existing`, table, receiptColumns)
