@@ -244,6 +244,9 @@ func checkKeyedPlan(t *testing.T, s *Store, name string, plan planNode) {
 				"%s: index %s", name, n.Index)
 			if partial || !byKey {
 				t.Errorf("%s looks its key up in %s, not in the key's index:\n%s", name, n.Index, plan)
+			} else if !strings.Contains(n.IndexCond, "namespace =") {
+				// The key's index descended without the key reads all of it.
+				t.Errorf("%s reads %s without its key (%s):\n%s", name, n.Index, n.IndexCond, plan)
 			}
 		}
 	}
@@ -252,10 +255,11 @@ func checkKeyedPlan(t *testing.T, s *Store, name string, plan planNode) {
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan, with the fields the test looks at.
 type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
 }
 
 // all is n and every node below it.
