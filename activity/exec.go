@@ -29,7 +29,7 @@ type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// send sends stmt behind settings (s.sql.settings or s.sql.settingsAsync), in one round trip
+// send sends stmt behind settings (s.sql.settings, settingsAsync or completeBatchSettings), in one round trip
 // and one implicit transaction, so that the settings — local to that transaction — hold for
 // stmt alone: its lock and statement timeouts, and for an asynchronous reservation its commit.
 // With noSettings, stmt goes alone.
