@@ -320,6 +320,41 @@ func selectOne(p *pgxpool.Pool) op {
 	}
 }
 
+// completed records a new receipt through a step and returns its ID, for the replays and reads.
+func completed(s *activity.Store, d *downstream) string {
+	id := next("replayed-")
+	if err := step(s, d, call(id))(context.Background()); err != nil {
+		fatalf("replay set-up: %v", err)
+	}
+	return id
+}
+
+// keyedProbe is the least any read of a receipt by its key costs: the key's index probed, the
+// row visited, and nothing returned but a constant. No replay can cost less.
+func keyedProbe(p *pgxpool.Pool, id string) op {
+	return func(ctx context.Context) error {
+		var one int
+		return p.QueryRow(ctx, `SELECT 1 FROM `+schema+`.receipts
+	WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1)`, id).Scan(&one)
+	}
+}
+
+// readByHand is a replay's read written by hand: by its key, the columns a replay needs (the
+// fingerprint to check, the state, the stored outcome), and nothing around it.
+func readByHand(p *pgxpool.Pool, id string) op {
+	return func(ctx context.Context) error {
+		var (
+			fp, result, failure []byte
+			version             int16
+			state               string
+			errType, errMessage *string
+		)
+		return p.QueryRow(ctx, `SELECT fingerprint, fingerprint_version, state, result, failure, error_type, error_message
+	FROM `+schema+`.receipts WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1)`, id).
+			Scan(&fp, &version, &state, &result, &failure, &errType, &errMessage)
+	}
+}
+
 // insert is the bare durable INSERT: one row, committed on its own.
 func insert(p *pgxpool.Pool) op {
 	return func(ctx context.Context) error {
@@ -360,11 +395,7 @@ func doTx(s *activity.Store) op {
 // was lost) reads with the plain lookup; a first attempt (a workflow reset runs its activities
 // again from attempt 1) goes through the statement that reserves.
 func replay(s *activity.Store, d *downstream, attempt int32) op {
-	id := next("replayed-")
-	if err := step(s, d, call(id))(context.Background()); err != nil {
-		fatalf("replay set-up: %v", err)
-	}
-	c := call(id)
+	c := call(completed(s, d))
 	c.Attempt = attempt
 	return func(ctx context.Context) error {
 		_, err := activity.Do(ctx, s, c, func(context.Context) (charge, error) {

@@ -130,6 +130,7 @@ func progress(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", 
 // client's processes have gone idle meanwhile); measuring SELECT 1 and INSERT back to back
 // would understate the floor.
 func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *downstream) {
+	read := completed(db.store, d)
 	benches := []bench{
 		{name: "first execution", op: firstStep(db.store, d)},
 		{name: "bare call", op: bareCall(d)},
@@ -141,9 +142,11 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 		{name: "replay on attempt 1", op: replay(db.store, d, 1)},
 		{name: "step by hand", op: stepByHand(db.async, db.pool, d)},
 		{name: "transaction by hand", op: txByHand(db.pool)},
+		{name: "keyed probe", op: keyedProbe(db.pool, read)},
+		{name: "read by hand", op: readByHand(db.pool, read)},
 	}
 	s := interleave(ctx, rounds, benches...)
-	const first, call, flr, sel, rep, dotx, tx, rep1, byHand, txHand = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+	const first, call, flr, sel, rep, dotx, tx, rep1, byHand, txHand, probe, readHand = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 	t.set("1", "first execution: overhead over the bare call ÷ the floor's (check + durable INSERT)", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[flr] - r[call]) }), ratio, "")
 	t.set("1", "first execution: overhead over the bare call, µs", col,
@@ -154,6 +157,12 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[byHand] - r[call]) }), ratio, "")
 	t.set("2", "replay on a retry (attempt 2: the plain lookup) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.2")
+	t.set("2", "the floor: a receipt's key probed, a constant returned (SELECT 1 FROM receipts WHERE key) ÷ SELECT 1", col,
+		perRound(s, func(r []float64) float64 { return r[probe] / r[sel] }), ratio, "")
+	t.set("2", "the replay's read by hand (the columns it needs, by key) ÷ SELECT 1", col,
+		perRound(s, func(r []float64) float64 { return r[readHand] / r[sel] }), ratio, "")
+	t.set("2", "replay on a retry ÷ its read by hand", col,
+		perRound(s, func(r []float64) float64 { return r[rep] / r[readHand] }), ratio, "")
 	t.set("2", "replay on attempt 1 (a reset workflow: the reserve statement) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[rep1] / r[sel] }), ratio, "")
 	dotxRatio := func(r []float64) float64 { return r[dotx] / r[tx] }
