@@ -81,10 +81,17 @@ func newStatements(table string) statements {
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
 			table, receiptColumns),
-		// readItems reads the finished receipts among a batch's items ($4, their IDs) on the
-		// unique index: ForEach's one round trip for a whole batch.
-		readItems: fmt.Sprintf(`SELECT id, false, %[2]s FROM %[1]s
-	WHERE (namespace, tenant, operation) = ($1, $2, $3) AND id = ANY($4::text[]) AND state IN ('completed', 'failed')`,
+		// readItems reads the finished receipts among a batch's items ($4, their IDs): ForEach's
+		// one round trip for a whole batch. Each item is looked up by its whole key on its own,
+		// in a subquery the planner keeps apart (OFFSET 0), as reserveBatch does. Written as
+		// id = ANY($4), the IDs were a filter wherever the planner took the rest of the key to
+		// match a row or so — on a table never analyzed (a new one; any after pg_upgrade), or on
+		// a generic plan made while it was new — and the lookup read every receipt of the
+		// operation. TestKeyedPlansMadeOnAFreshTable.
+		readItems: fmt.Sprintf(`SELECT item.id, false, r.* FROM unnest($4::text[]) AS item(id) CROSS JOIN LATERAL (
+	SELECT %[2]s FROM %[1]s
+	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, item.id) AND state IN ('completed', 'failed')
+	OFFSET 0) AS r`,
 			table, receiptColumns),
 
 		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,
