@@ -275,29 +275,12 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 	if len(d.cfg.Topics) > 0 {
 		topics = d.cfg.Topics
 	}
-	rows, err := d.o.db.Query(ctx, `
-		WITH ready AS (
-			SELECT seq FROM `+d.o.table+` o
-			WHERE state = 'pending'
-			  AND available_at <= now()
-			  AND (lease_until IS NULL OR lease_until <= now())
-			  AND ($1::text[] IS NULL OR topic = ANY ($1))
-			  AND (ordering_key IS NULL OR NOT EXISTS (
-			        SELECT FROM `+d.o.table+` e
-			        WHERE e.ordering_key = o.ordering_key AND e.seq < o.seq AND e.state <> 'delivered'))
-			ORDER BY seq
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED)
-		UPDATE `+d.o.table+` m SET
-			attempts    = m.attempts + 1,
-			lease_until = CASE WHEN m.attempts < $4 THEN now() + $3::bigint * interval '1 microsecond' END,
-			claimed_by  = $5,
-			state       = CASE WHEN m.attempts < $4 THEN 'pending' ELSE 'dead' END,
-			last_error  = CASE WHEN m.attempts < $4 THEN m.last_error
-			                   ELSE format('claimed %s times without a recorded outcome (the dispatcher died or lost its claim each time); last error: %s', m.attempts, coalesce(m.last_error, 'none')) END
-		FROM ready WHERE m.seq = ready.seq
-		RETURNING m.seq, m.state, m.id, m.topic, coalesce(m.ordering_key, ''), m.payload, m.headers, m.attempts, m.created_at`,
-		topics, d.cfg.Batch, d.cfg.Lease.Microseconds(), d.cfg.MaxAttempts, d.cfg.Name)
+	res := d.o.db.SendBatch(ctx, claimBatch(d.o.table, topics, d.cfg.Batch, d.cfg.Lease, d.cfg.MaxAttempts, d.cfg.Name))
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
+	}
+	rows, err := res.Query()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
 	}
@@ -320,7 +303,54 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
+	if err := res.Close(); err != nil { // the claim's commit
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
 	return batch, nil
+}
+
+// claimSettings price sequential scans out of the claim's transaction. Planned without
+// statistics (a table never analyzed: a new one, or any after pg_upgrade, which carries none
+// over), the claim takes the partial index of undelivered messages to hold most of the table,
+// and reads the whole table instead, delivered messages kept for the retention included, at
+// every claim: 4,000 buffers for 100 messages among 300,000 delivered, against 108 through the
+// index. TestClaimUsesTheUndeliveredIndex.
+const claimSettings = `SELECT set_config('enable_seqscan', 'off', true)`
+
+// claimBatch is the claim of up to n messages of topics (nil for all) on table, as a dispatcher
+// sends it: behind its settings, in one round trip and one transaction.
+func claimBatch(table string, topics []string, n int, lease time.Duration, maxAttempts int, name string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(claimSettings)
+	b.Queue(claimStatement(table), topics, n, lease.Microseconds(), maxAttempts, name)
+	return b
+}
+
+// claimStatement is the claim on table: $1 the topics (NULL for all), $2 the batch size, $3 the
+// lease in microseconds, $4 MaxAttempts, $5 the dispatcher's name.
+func claimStatement(table string) string {
+	return `
+		WITH ready AS (
+			SELECT seq FROM ` + table + ` o
+			WHERE state = 'pending'
+			  AND available_at <= now()
+			  AND (lease_until IS NULL OR lease_until <= now())
+			  AND ($1::text[] IS NULL OR topic = ANY ($1))
+			  AND (ordering_key IS NULL OR NOT EXISTS (
+			        SELECT FROM ` + table + ` e
+			        WHERE e.ordering_key = o.ordering_key AND e.seq < o.seq AND e.state <> 'delivered'))
+			ORDER BY seq
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		UPDATE ` + table + ` m SET
+			attempts    = m.attempts + 1,
+			lease_until = CASE WHEN m.attempts < $4 THEN now() + $3::bigint * interval '1 microsecond' END,
+			claimed_by  = $5,
+			state       = CASE WHEN m.attempts < $4 THEN 'pending' ELSE 'dead' END,
+			last_error  = CASE WHEN m.attempts < $4 THEN m.last_error
+			                   ELSE format('claimed %s times without a recorded outcome (the dispatcher died or lost its claim each time); last error: %s', m.attempts, coalesce(m.last_error, 'none')) END
+		FROM ready WHERE m.seq = ready.seq
+		RETURNING m.seq, m.state, m.id, m.topic, coalesce(m.ordering_key, ''), m.payload, m.headers, m.attempts, m.created_at`
 }
 
 // publish publishes batch with up to Concurrency calls at once, each bounded by PublishTimeout.

@@ -1,0 +1,72 @@
+package outbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/schema"
+)
+
+// TestClaimUsesTheUndeliveredIndex asks Postgres how it would run the claim on an outbox it has
+// never analyzed — a new table before autovacuum's first visit, or any after pg_upgrade, which
+// carries no statistics over — holding many delivered messages, as one does for its retention.
+// Without statistics the planner takes the partial index of undelivered messages to hold most
+// of the table, and reads the table whole at every claim; the claim's settings must keep it on
+// the index.
+func TestClaimUsesTheUndeliveredIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := pgtest.Schema(t)
+	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	table := pgx.Identifier{name, "outbox"}.Sanitize()
+	conn, err := pgtest.Pool(t).Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (id, topic, payload, digest, state, delivered_at)
+		SELECT 'delivered-' || g, 'orders', '\x00', '\x00', 'delivered', now() FROM generate_series(1, 20000) AS g;
+		INSERT INTO `+table+` (id, topic, payload, digest)
+		SELECT 'pending-' || g, 'orders', '\x00', '\x00' FROM generate_series(1, 200) AS g`)
+	require.NoError(t, err)
+
+	// plan returns the plan of the claim in b, its last statement, run behind the ones before it
+	// in one transaction, as the dispatcher sends them.
+	plan := func(b *pgx.Batch) string {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+		queued := b.QueuedQueries
+		for _, q := range queued[:len(queued)-1] {
+			_, err = tx.Exec(ctx, q.SQL, q.Arguments...)
+			require.NoError(t, err)
+		}
+		last := queued[len(queued)-1]
+		var text strings.Builder
+		rows, err := tx.Query(ctx, "EXPLAIN "+last.SQL, last.Arguments...)
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			text.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		return text.String()
+	}
+	claim := claimBatch(table, nil, 100, time.Minute, 10, "plan-test")
+	bare := &pgx.Batch{QueuedQueries: claim.QueuedQueries[len(claim.QueuedQueries)-1:]}
+	// The hazard, so that this test shows it still tests something: planned bare, the claim reads
+	// the table sequentially.
+	require.Contains(t, plan(bare), "Seq Scan on outbox o",
+		"the claim planned without its settings no longer reads the table whole; this test no longer sets up the hazard")
+	got := plan(claim)
+	require.NotContains(t, got, "Seq Scan", "the claim reads the outbox whole:\n%s", got)
+	require.Contains(t, got, "outbox_undelivered_idx", "the claim does not find messages by the undelivered index:\n%s", got)
+}
