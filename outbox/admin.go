@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Stats is the state of an outbox's backlog.
@@ -18,16 +20,31 @@ type Stats struct {
 func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var oldest float64
-	err := o.db.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 'pending'),
-			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0),
-			count(*) FILTER (WHERE state = 'dead')
-		FROM `+o.table+` WHERE state <> 'delivered'`).Scan(&st.Pending, &oldest, &st.Dead)
+	res := o.db.SendBatch(ctx, statsBatch(o.table))
+	_, err := res.Exec()
+	if err == nil {
+		err = res.QueryRow().Scan(&st.Pending, &oldest, &st.Dead)
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
 	}
 	st.OldestPending = time.Duration(oldest * float64(time.Second))
 	return st, nil
+}
+
+// statsBatch is Stats' count of the undelivered messages on table, behind byIndex.
+func statsBatch(table string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(byIndex)
+	b.Queue(`SELECT
+			count(*) FILTER (WHERE state = 'pending'),
+			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0),
+			count(*) FILTER (WHERE state = 'dead')
+		FROM ` + table + ` WHERE state <> 'delivered'`)
+	return b
 }
 
 // Prune deletes up to limit delivered messages older than the outbox's retention (limit <= 0

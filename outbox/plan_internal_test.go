@@ -13,13 +13,13 @@ import (
 	"github.com/tempotent/tempotent/internal/schema"
 )
 
-// TestClaimUsesTheUndeliveredIndex asks Postgres how it would run the claim on an outbox it has
-// never analyzed — a new table before autovacuum's first visit, or any after pg_upgrade, which
-// carries no statistics over — holding many delivered messages, as one does for its retention.
-// Without statistics the planner takes the partial index of undelivered messages to hold most
-// of the table, and reads the table whole at every claim; the claim's settings must keep it on
-// the index.
-func TestClaimUsesTheUndeliveredIndex(t *testing.T) {
+// TestUndeliveredAreFoundByTheIndex asks Postgres how it would run the statements that read the
+// undelivered messages — the claim, and Stats' count — on an outbox it has never analyzed (a new
+// table before autovacuum's first visit, or any after pg_upgrade, which carries no statistics
+// over), holding many delivered messages, as one does for its retention. Without statistics the
+// planner takes the partial index of undelivered messages to hold most of the table, and reads
+// the table whole at every claim; behind byIndex each must stay on the index.
+func TestUndeliveredAreFoundByTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	name := pgtest.Schema(t)
@@ -36,8 +36,8 @@ func TestClaimUsesTheUndeliveredIndex(t *testing.T) {
 		SELECT 'pending-' || g, 'orders', '\x00', '\x00' FROM generate_series(1, 200) AS g`)
 	require.NoError(t, err)
 
-	// plan returns the plan of the claim in b, its last statement, run behind the ones before it
-	// in one transaction, as the dispatcher sends them.
+	// plan returns the plan of b's last statement, run behind the ones before it in one
+	// transaction, as they are sent.
 	plan := func(b *pgx.Batch) string {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
@@ -60,13 +60,17 @@ func TestClaimUsesTheUndeliveredIndex(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return text.String()
 	}
-	claim := claimBatch(table, nil, 100, time.Minute, 10, "plan-test")
-	bare := &pgx.Batch{QueuedQueries: claim.QueuedQueries[len(claim.QueuedQueries)-1:]}
-	// The hazard, so that this test shows it still tests something: planned bare, the claim reads
-	// the table sequentially.
-	require.Contains(t, plan(bare), "Seq Scan on outbox o",
-		"the claim planned without its settings no longer reads the table whole; this test no longer sets up the hazard")
-	got := plan(claim)
-	require.NotContains(t, got, "Seq Scan", "the claim reads the outbox whole:\n%s", got)
-	require.Contains(t, got, "outbox_undelivered_idx", "the claim does not find messages by the undelivered index:\n%s", got)
+	for name, b := range map[string]*pgx.Batch{
+		"the claim": claimBatch(table, nil, 100, time.Minute, 10, "plan-test"),
+		"Stats":     statsBatch(table),
+	} {
+		// The hazard, so that this test shows it still tests something: planned bare, the
+		// statement reads the table sequentially.
+		bare := &pgx.Batch{QueuedQueries: b.QueuedQueries[len(b.QueuedQueries)-1:]}
+		require.Contains(t, plan(bare), "Seq Scan on outbox",
+			"%s planned bare no longer reads the table whole; this test no longer sets up the hazard", name)
+		got := plan(b)
+		require.NotContains(t, got, "Seq Scan", "%s reads the outbox whole:\n%s", name, got)
+		require.Contains(t, got, "outbox_undelivered_idx", "%s does not find messages by the undelivered index:\n%s", name, got)
+	}
 }
