@@ -241,15 +241,26 @@ func (i *Inbox) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = PurgeBatchDefault
 	}
-	tag, err := i.db.Exec(ctx, `DELETE FROM `+i.table+` WHERE (consumer, message_id) IN (
-			SELECT consumer, message_id FROM `+i.table+`
-			WHERE consumer = $1 AND processed_at < now() - $2::bigint * interval '1 microsecond'
-			LIMIT $3
-			FOR UPDATE SKIP LOCKED)`, i.cfg.Consumer, i.cfg.Retention.Microseconds(), limit)
+	tag, err := i.db.Exec(ctx, purgeStatement(i.table), i.cfg.Consumer, i.cfg.Retention.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: purge: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// purgeStatement deletes up to $3 records of consumer $1 older than $2 microseconds from table.
+// It finds them by the index of processing times alone: the consumer is written so that the
+// planner cannot look it up in the primary key ((consumer || '') = $1). Without statistics (a
+// table never analyzed: a new one, or any after pg_upgrade, which carries none over) the planner
+// combined the two, reading every record of the consumer at every purge: 1,897 buffers among
+// 300,000 records, none expired, against 2. With statistics it takes the processing times'
+// index alone, as it now must. TestPurgeFindsRecordsByTheirAge.
+func purgeStatement(table string) string {
+	return `DELETE FROM ` + table + ` WHERE (consumer, message_id) IN (
+			SELECT consumer, message_id FROM ` + table + `
+			WHERE (consumer || '') = $1 AND processed_at < now() - $2::bigint * interval '1 microsecond'
+			LIMIT $3
+			FOR UPDATE SKIP LOCKED)`
 }
 
 // Check reports whether the inbox's schema has its table; its error says how to create it.

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,8 +27,7 @@ func TestUndeliveredAreFoundByTheIndex(t *testing.T) {
 	conn, err := pgtest.Pool(t).Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	pgtest.NeverAnalyzed(t, table)
 	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (id, topic, payload, digest, state, delivered_at)
 		SELECT 'delivered-' || g, 'orders', '\x00', '\x00', 'delivered', now() FROM generate_series(1, 20000) AS g;
 		INSERT INTO `+table+` (id, topic, payload, digest)
@@ -49,16 +47,7 @@ func TestUndeliveredAreFoundByTheIndex(t *testing.T) {
 			require.NoError(t, err)
 		}
 		last := queued[len(queued)-1]
-		var text strings.Builder
-		rows, err := tx.Query(ctx, "EXPLAIN "+last.SQL, last.Arguments...)
-		require.NoError(t, err)
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			text.WriteString(line + "\n")
-		}
-		require.NoError(t, rows.Err())
-		return text.String()
+		return pgtest.Explain(t, tx, last.SQL, last.Arguments...)
 	}
 	for name, b := range map[string]*pgx.Batch{
 		"the claim": claimBatch(table, nil, 100, time.Minute, 10, "plan-test"),

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -119,4 +120,33 @@ func CountingPool(tb testing.TB, c *Counter) *pgxpool.Pool {
 	}
 	tb.Cleanup(p.Close)
 	return p
+}
+
+// Querier is what Explain asks: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Explain returns the plan Postgres would run sql on with args, on db, as EXPLAIN prints it.
+func Explain(tb testing.TB, db Querier, sql string, args ...any) string {
+	tb.Helper()
+	rows, err := db.Query(context.Background(), "EXPLAIN "+sql, args...)
+	if err != nil {
+		tb.Fatalf("pgtest: EXPLAIN: %v", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatalf("pgtest: EXPLAIN: %v", err)
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// NeverAnalyzed turns autovacuum off for table (schema-qualified and quoted), so that Postgres
+// plans its statements without statistics however many rows the test writes, as on a new table
+// before autovacuum's first visit, or on any table after pg_upgrade, which carries none over.
+func NeverAnalyzed(tb testing.TB, table string) {
+	tb.Helper()
+	if _, err := Pool(tb).Exec(context.Background(), `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
 }
