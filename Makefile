@@ -44,7 +44,8 @@ vet: ## go vet, every module.
 	$(GO) vet -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-lint: vet crossbuild $(STATICCHECK) ## go vet, crossbuild and staticcheck (installed into bin/ at a pinned version), every module.
+lint: vet crossbuild $(STATICCHECK) ## gofmt, go vet, crossbuild and staticcheck (installed into bin/ at a pinned version), every module.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt would change (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(STATICCHECK) ./...
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
 
