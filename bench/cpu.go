@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // cpuCost is the CPU one operation took, split between this process (the client: tempotent's
@@ -41,3 +43,15 @@ func cpuOf(ctx context.Context, b bench) (cpuCost, bool) {
 
 // cpuRun is how long cpuOf measures: /proc/stat counts in ticks of 10 ms.
 const cpuRun = time.Second
+
+// syncsOf is the WAL flushes per operation of one run of b of about cpuRun, counted by
+// pg_stat_wal: every backend's and the WAL writer's, so it is only meaningful while nothing else
+// writes.
+func syncsOf(ctx context.Context, stats *pgxpool.Pool, b bench) float64 {
+	n := max(int(float64(cpuRun)/block(ctx, b)), 1)
+	before := walSyncs(ctx, stats)
+	if err := run(ctx, b, n); err != nil {
+		fatalf("%s: %v", b.name, err)
+	}
+	return float64(walSyncs(ctx, stats)-before) / float64(n)
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/activity"
@@ -215,6 +216,49 @@ func receipt(s *activity.Store) op {
 // through tempotent, but no statement shared with another attempt and nothing around them: what
 // the table's two writes cost without group commit.
 func receiptByHand(async, pool *pgxpool.Pool) op { return stepByHand(async, pool, nil) }
+
+// receiptsBatchedByHand is n attempts' receipts written by hand in the largest batches they can
+// make: one statement reserves all n (on a session that commits asynchronously), one completes
+// all n (durably). It is group commit at its best for n attempts in flight, with nothing around
+// the two statements (no queue, no goroutine hand-offs, no lookup before the insert, no
+// skipping of locked rows): what this table's writes cost when batched, whoever batches them.
+// One op is n receipts.
+func receiptsBatchedByHand(async, pool *pgxpool.Pool, n int) op {
+	reserve := `INSERT INTO ` + schema + `.receipts (namespace, tenant, operation, id, token, fingerprint,
+	fingerprint_version, state, reservation, lease_expires_at, expires_at)
+SELECT 'bench', '', 'Charge', id, token, $3, 1, 'pending', reservation, now() + interval '1 minute', now() + interval '7 days'
+FROM unnest($1::text[], $2::text[], $4::uuid[]) AS b(id, token, reservation)
+ORDER BY id
+ON CONFLICT DO NOTHING`
+	// Each row found by its key, as tempotent's batches find theirs: a join of the ids against
+	// the table may be planned as a scan of the whole table while it has not been analyzed.
+	complete := `UPDATE ` + schema + `.receipts AS r SET state = 'completed', result = $3, lease_expires_at = NULL,
+	completed_at = now(), updated_at = now(), expires_at = greatest(r.expires_at, now() + interval '7 days')
+FROM unnest($1::text[], $2::uuid[]) AS b(id, reservation) CROSS JOIN LATERAL (
+	SELECT ctid AS tid FROM ` + schema + `.receipts
+	WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', b.id) AND reservation = b.reservation
+		AND state = 'pending'
+	OFFSET 0) AS t
+WHERE r.ctid = t.tid`
+	result := []byte(`{"id":"ch_1"}`)
+	return func(ctx context.Context) error {
+		ids, tokens, reservations := make([]string, n), make([]string, n), make([]pgtype.UUID, n)
+		for i := range n {
+			ids[i] = next("batched-")
+			var reservation [16]byte
+			reservation, tokens[i] = randomReservation()
+			reservations[i] = pgtype.UUID{Bytes: reservation, Valid: true}
+		}
+		if _, err := async.Exec(ctx, reserve, ids, tokens, fingerprint.Sum[:], reservations); err != nil {
+			return err
+		}
+		tag, err := pool.Exec(ctx, complete, ids, reservations, result)
+		if err == nil && tag.RowsAffected() != int64(n) {
+			err = fmt.Errorf("batched by hand: %d of %d receipts completed", tag.RowsAffected(), n)
+		}
+		return err
+	}
+}
 
 // stepByHand is receiptByHand around a downstream call (when d is not nil) that carries the
 // receipt's token: the least a step costs with this table.
