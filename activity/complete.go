@@ -17,10 +17,6 @@ const (
 	maxBatchBytes = 4 << 20
 )
 
-// maxGather bounds the yields of a group's leader before it takes its batch (group.gather). It
-// is a bound, not a wait: gathering stops at the first yield that brings no request.
-const maxGather = 64
-
 // completions records the outcomes of a store's attempts, in group commits (group). A batch
 // skips rows that are locked elsewhere instead of waiting for them; the attempts whose rows it
 // skipped write their completions on their own, each waiting at most the store's lock timeout.

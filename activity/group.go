@@ -46,6 +46,10 @@ func (g *group[R]) add(r R, take func() []R, send func([]R)) {
 	}
 }
 
+// maxGather bounds the yields of a leader before it takes its batch. It is a bound, not a
+// wait: gathering stops at the first yield that brings no request.
+const maxGather = 64
+
 // gather yields for as long as each yield brought more requests, up to a full batch or
 // maxGather yields.
 func (g *group[R]) gather() {

@@ -244,10 +244,8 @@ WHERE r.ctid = t.tid`
 	return func(ctx context.Context) error {
 		ids, tokens, reservations := make([]string, n), make([]string, n), make([]pgtype.UUID, n)
 		for i := range n {
-			ids[i] = next("batched-")
-			var reservation [16]byte
-			reservation, tokens[i] = randomReservation()
-			reservations[i] = pgtype.UUID{Bytes: reservation, Valid: true}
+			reservation, token := randomReservation()
+			ids[i], tokens[i], reservations[i] = next("batched-"), token, pgtype.UUID{Bytes: reservation, Valid: true}
 		}
 		if _, err := async.Exec(ctx, reserve, ids, tokens, fingerprint.Sum[:], reservations); err != nil {
 			return err

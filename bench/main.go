@@ -192,6 +192,7 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 
 // throughput: row 4, receipts per second from concurrent workers against bare durable INSERTs.
 func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
+	const whole, half = 16, 8 // the 16 attempts' batches by hand: one of 16, or two of 8
 	for _, workers := range []int{1, 4, 16, 64} {
 		benches := []bench{
 			{name: "receipts", op: receipt(db.store), workers: workers},
@@ -202,8 +203,8 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 			// attempt at a time. And the ceiling of group commit: the 16 attempts' writes by
 			// hand in the largest batches they can make.
 			benches = append(benches, bench{name: "by hand", op: receiptByHand(db.async, db.pool), workers: workers},
-				bench{name: "batched by hand, 1 × 16", op: receiptsBatchedByHand(db.async, db.pool, 16), workers: 1},
-				bench{name: "batched by hand, 2 × 8", op: receiptsBatchedByHand(db.async, db.pool, 8), workers: 2})
+				bench{name: "batched by hand, 1 × 16", op: receiptsBatchedByHand(db.async, db.pool, whole), workers: 1},
+				bench{name: "batched by hand, 2 × 8", op: receiptsBatchedByHand(db.async, db.pool, half), workers: 2})
 		}
 		s := interleave(ctx, rounds, benches...)
 		target := ""
@@ -219,9 +220,9 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 			t.set("4", "receipts/s through tempotent ÷ by hand, 16 workers", col,
 				perRound(s, func(r []float64) float64 { return r[2] / r[0] }), ratio, "")
 			t.set("4", "receipt SQL by hand, 16 attempts in one batch of each: receipts/s ÷ durable INSERTs/s", col,
-				perRound(s, func(r []float64) float64 { return r[1] / (r[3] / 16) }), ratio, "")
+				perRound(s, func(r []float64) float64 { return r[1] / (r[3] / whole) }), ratio, "")
 			t.set("4", "receipt SQL by hand, 16 attempts in two batches of 8: receipts/s ÷ durable INSERTs/s", col,
-				perRound(s, func(r []float64) float64 { return r[1] / (r[4] / 8) }), ratio, "")
+				perRound(s, func(r []float64) float64 { return r[1] / (r[4] / half) }), ratio, "")
 		}
 	}
 	// What runs out at 16 workers: CPU per operation, the client's and the rest of the
@@ -238,7 +239,7 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 		{bench{name: "receipt", op: receipt(db.store), workers: 16}, 1},
 		{bench{name: "receipt by hand", op: receiptByHand(db.async, db.pool), workers: 16}, 1},
 		{bench{name: "INSERT", op: insert(db.pool), workers: 16}, 1},
-		{bench{name: "receipt batched by hand (1 × 16)", op: receiptsBatchedByHand(db.async, db.pool, 16), workers: 1}, 16},
+		{bench{name: "receipt batched by hand (1 × 16)", op: receiptsBatchedByHand(db.async, db.pool, whole), workers: 1}, whole},
 	}
 	costs := make([][]cpuCost, len(cpuBenches))
 	total := make([]float64, len(cpuBenches)) // CPU per operation, server and client, µs
