@@ -20,11 +20,11 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -128,11 +128,7 @@ func TestScopesOnTheDevServer(t *testing.T) {
 		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
 	}
 	ctx := context.Background()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: cli, LogLevel: "error",
-		ClientOptions: &client.Options{Logger: discardLogger()}})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
-	c := srv.Client()
+	c := devserver.ForTest(t, cli, client.Options{Logger: discardLogger()})
 
 	s, _ := setup(t, nil)
 	e := &effects{tokens: map[string][]string{}, notes: map[string][]string{}}

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -26,16 +27,17 @@ import (
 const PathReset = "reset (the same workflow, a new run)"
 
 // NewDevServer starts the Temporal dev server for tb and returns a client of it; both stop when
-// tb ends. The CLI is the one at TEMPORAL_CLI when that is set, else the SDK downloads and caches
-// one (testsuite.StartDevServer).
+// tb ends. The CLI is the one at TEMPORAL_CLI when that is set (on Linux the server then dies
+// with the test binary, even one killed by its -timeout), else the SDK downloads and caches one
+// (testsuite.StartDevServer).
 func NewDevServer(tb testing.TB) client.Client {
 	tb.Helper()
-	opts := testsuite.DevServerOptions{
-		ExistingPath:  os.Getenv("TEMPORAL_CLI"),
-		LogLevel:      "error",
-		ClientOptions: &client.Options{Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(testLog{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})))},
+	copts := client.Options{Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(testLog{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})))}
+	if cli := os.Getenv("TEMPORAL_CLI"); cli != "" {
+		// Leashed to the test binary: a test killed by its -timeout takes the server with it.
+		return devserver.ForTest(tb, cli, copts)
 	}
-	srv, err := testsuite.StartDevServer(context.Background(), opts)
+	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{LogLevel: "error", ClientOptions: &copts})
 	if err != nil {
 		tb.Fatalf("activitytest: start the Temporal dev server: %v. Set TEMPORAL_CLI to a temporal CLI binary (go install github.com/temporalio/cli/cmd/temporal@v1.5.1), or let the SDK download one", err)
 	}

@@ -109,7 +109,8 @@ func startTemporal(dbFile string, port int) (*temporalServer, error) {
 	s.cmd = exec.Command(temporalBin, "server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(port),
 		"--headless", "--db-filename", dbFile, "--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false")
-	if err := s.cmd.Start(); err != nil {
+	// Leashed (proc.Start): if this test binary dies, so does the server.
+	if _, err := proc.Start(s.cmd); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)

@@ -18,10 +18,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/outbox"
 	"github.com/tempotent/tempotent/webhook"
@@ -85,12 +85,7 @@ func devServer(t *testing.T) client.Client {
 	if _, err := os.Stat(cli); err != nil {
 		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
 	}
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath: cli, LogLevel: "error", ClientOptions: &client.Options{Logger: tlog.NewStructuredLogger(quiet)},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
-	c := srv.Client()
+	c := devserver.ForTest(t, cli, client.Options{Logger: tlog.NewStructuredLogger(quiet)})
 
 	w := worker.New(c, taskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(startedWorkflow, workflow.RegisterOptions{Name: "Started"})

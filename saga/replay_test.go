@@ -11,10 +11,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -48,10 +48,7 @@ func TestRecordHistories(t *testing.T) {
 		t.Skip("records histories only when TEMPOTENT_RECORD_HISTORIES is set")
 	}
 	ctx := context.Background()
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: "../bin/temporal", LogLevel: "error"})
-	require.NoError(t, err)
-	c := server.Client()
-	defer func() { c.Close(); _ = server.Stop() }() // Stop does not close the client it dialled
+	c := devserver.ForTest(t, "../bin/temporal", client.Options{})
 
 	h := newHarness(t)
 	h.fail = func(name string, o order, _ int32) error {

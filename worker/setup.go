@@ -3,11 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -16,11 +14,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/outbox"
@@ -136,24 +134,17 @@ func (e *Env) startDevServer(ctx context.Context, opts client.Options) error {
 		return err
 	}
 	opts.Logger = tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)) // the dev server's start-up chatter
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		ClientOptions: &opts,
-		EnableUI:      true,
-		UIPort:        strconv.Itoa(uiPort),
-		LogLevel:      "error",
-		Stdout:        io.Discard, // its banner: the address and UI are logged below
-	})
+	// The server is leashed to this process: a worker killed outright takes its dev server with
+	// it (on Linux), rather than leaving it holding the port.
+	srv, err := devserver.Start(ctx, devserver.Options{CLI: cli, Client: opts, UIPort: uiPort})
 	if err != nil {
 		return fmt.Errorf("start the Temporal dev server (%s): %w", cli, err)
 	}
-	// DevServer.Stop does not close the client it dialled: left open, its connection redials the
-	// stopped server for the life of the process. Close it first, then stop the server.
-	e.closers = append(e.closers, func() { srv.Client().Close(); _ = srv.Stop() })
+	e.closers = append(e.closers, srv.Stop)
 	e.Client = srv.Client()
-	e.Config.TemporalAddress = srv.FrontendHostPort()
+	e.Config.TemporalAddress = srv.Addr()
 	e.TemporalUI = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
-	e.Log.Info("TEMPORAL_ADDRESS not set: started the Temporal dev server", "address", srv.FrontendHostPort(), "ui", e.TemporalUI)
+	e.Log.Info("TEMPORAL_ADDRESS not set: started the Temporal dev server", "address", srv.Addr(), "ui", e.TemporalUI)
 	return nil
 }
 

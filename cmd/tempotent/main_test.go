@@ -18,11 +18,11 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
@@ -115,11 +115,7 @@ func devServer(t *testing.T) client.Client {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", bin)
 	}
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: bin, LogLevel: "error",
-		ClientOptions: &client.Options{Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))}})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
-	return srv.Client()
+	return devserver.ForTest(t, bin, client.Options{Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 }
 
 // TestUnknownOutcomeEndToEnd drives an unknown outcome through the command on the real dev

@@ -17,6 +17,7 @@ import (
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/downstream/paymentstest"
+	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
@@ -212,7 +213,8 @@ func TestStandaloneProcess(t *testing.T) {
 		cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-state", state)
 		stderr, err := cmd.StderrPipe()
 		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
+		_, err = proc.Start(cmd) // leashed: it dies with this test binary
+		require.NoError(t, err)
 		buf := make([]byte, 4096)
 		var log strings.Builder
 		for !strings.Contains(log.String(), "/ledger") {

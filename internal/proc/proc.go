@@ -42,8 +42,10 @@ type Process struct {
 	once sync.Once
 }
 
-// Start starts cmd.
+// Start starts cmd, leashed to this process: on Linux the kernel kills it when this process
+// dies, even by SIGKILL or a test's -timeout, which run no cleanup.
 func Start(cmd *exec.Cmd) (*Process, error) {
+	leash(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}

@@ -4,7 +4,6 @@ package readme
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/pgtest"
 )
 
@@ -46,10 +43,9 @@ func TestQuickstartRuns(t *testing.T) {
 	if _, err := os.Stat(cli); err != nil {
 		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
 	}
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: cli, LogLevel: "error",
-		ClientOptions: &client.Options{Logger: tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))}})
+	srv, err := devserver.Start(context.Background(), devserver.Options{CLI: cli})
 	require.NoError(t, err)
-	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+	t.Cleanup(srv.Stop)
 
 	schema := "readme_quickstart"
 	drop := func() {
@@ -60,7 +56,7 @@ func TestQuickstartRuns(t *testing.T) {
 	t.Cleanup(drop)
 
 	run := exec.Command(bin)
-	run.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(), "TEMPORAL_ADDRESS="+srv.FrontendHostPort(), "TEMPOTENT_SCHEMA="+schema)
+	run.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(), "TEMPORAL_ADDRESS="+srv.Addr(), "TEMPOTENT_SCHEMA="+schema)
 	out, err := run.Output()
 	require.NoError(t, err, "the quickstart failed: %s", out)
 	got := regexp.MustCompile(`(?m)^checkout-(\d) got (ch_\S+) \(4200 cents\)$`).FindAllStringSubmatch(string(out), -1)
