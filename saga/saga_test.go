@@ -188,6 +188,9 @@ func (h *harness) register(r worker.ActivityRegistry) {
 // run executes the saga in a fresh test environment, as a new worker would after a crash or a
 // Reset: same workflow ID, same OriginalRunID.
 func (h *harness) run(o order) (saga.State, error) {
+	if o.Options.CompensationOptions.RetryPolicy == nil {
+		o.Options.CompensationOptions = roomToSettle
+	}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
@@ -217,6 +220,15 @@ func (h *harness) run(o order) (saga.State, error) {
 	require.NoError(h.t, q.Get(&queried))
 	require.Equal(h.t, st, queried, "the query and the workflow disagree")
 	return st, nil
+}
+
+// roomToSettle are compensation options for the test environment. A compensation that finds
+// nothing to undo retries (ForwardUnsettled) until its forward step is settleTime old in real
+// time, while the environment skips the retries' mock-time delays and caps "unlimited" retries
+// at 10: give them room.
+var roomToSettle = workflow.ActivityOptions{
+	ScheduleToCloseTimeout: 24 * time.Hour,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 1 << 20},
 }
 
 // headerMap is a workflow.HeaderWriter over a header's fields.
@@ -450,7 +462,7 @@ func TestCompensateReturnsTypedError(t *testing.T) {
 
 func parallelSaga(ctx workflow.Context, o order) (saga.State, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
-	s, err := saga.New(ctx, nil)
+	s, err := saga.New(ctx, &o.Options)
 	if err != nil {
 		return saga.State{}, err
 	}
@@ -486,7 +498,7 @@ func TestCompensationWaitsForItsForwardStep(t *testing.T) {
 
 func loopSaga(ctx workflow.Context, o order) (saga.State, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
-	s, err := saga.New(ctx, nil)
+	s, err := saga.New(ctx, &o.Options)
 	if err != nil {
 		return saga.State{}, err
 	}
@@ -543,14 +555,7 @@ func TestCompensationWaitsForAForwardStillInFlight(t *testing.T) {
 		}()
 		return true
 	}
-	// The test environment skips time while the refund waits to retry, so its clock runs far
-	// ahead of the database's, and it caps "unlimited" retries at 10: give the refund's
-	// retries room.
-	long := saga.Options{CompensationOptions: workflow.ActivityOptions{
-		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 1 << 20},
-	}}
-	st, err := h.run(order{ID: "o-late", Amount: 100, Options: long})
+	st, err := h.run(order{ID: "o-late", Amount: 100})
 	require.NoError(t, err)
 	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
 	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
