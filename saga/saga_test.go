@@ -376,27 +376,30 @@ func failingUndo(undo ...string) func(string, order, int32) error {
 func TestCompensationFailureModes(t *testing.T) {
 	t.Parallel()
 
-	t.Run("SequentialStopsAtFirstFailure", func(t *testing.T) {
+	// A cancel-shipment that fails for good neither holds up nor skips the refund: the
+	// remaining compensations run in reverse order, and the error names the one that failed.
+	t.Run("SequentialRunsTheRestAfterAFailure", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		h.fail = failingUndo("Release")
+		h.fail = failingUndo("CancelShipment") // the shipment is declined, and its cancel fails
 		_, err := h.run(order{ID: "o-6", Amount: 100})
-		// The workflow returned the error; the test environment passes it through the
-		// failure converter, so only the message survives the trip.
-		require.ErrorContains(t, err, `step "reserve": compensation "Release"`)
-		require.ErrorContains(t, err, "Release rejected")
-		require.ErrorContains(t, err, "not run: charge")
+		require.ErrorContains(t, err, `step "ship": compensation "CancelShipment"`)
+		require.ErrorContains(t, err, "CancelShipment rejected")
+		require.NotContains(t, err.Error(), "not run:")
 		_, refunds := h.ledger.effects("charge")
-		require.Equal(t, 0, refunds, "a compensation ran after an earlier one failed without ContinueOnError")
+		require.Equal(t, 1, refunds, "the refund was skipped after the shipment's cancel failed")
+		_, releases := h.ledger.effects("reserve")
+		require.Equal(t, 1, releases, "the release was skipped after the shipment's cancel failed")
 	})
 
-	t.Run("ContinueOnError", func(t *testing.T) {
+	t.Run("SequentialNamesEveryFailure", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		h.fail = failingUndo("Release")
-		_, err := h.run(order{ID: "o-7", Amount: 100, Options: saga.Options{ContinueOnError: true}})
-		require.ErrorContains(t, err, `step "reserve"`)
-		require.NotContains(t, err.Error(), "not run")
+		h.fail = failingUndo("Release", "CancelShipment")
+		_, err := h.run(order{ID: "o-7", Amount: 100})
+		require.ErrorContains(t, err, `step "reserve": compensation "Release"`)
+		require.ErrorContains(t, err, `step "ship": compensation "CancelShipment"`)
+		require.NotContains(t, err.Error(), "not run:")
 		_, refunds := h.ledger.effects("charge")
 		require.Equal(t, 1, refunds)
 	})
