@@ -326,7 +326,8 @@ type Resolution struct {
 	By, Reason string
 }
 
-// Resolve settles the unresolved receipt under token as r says, and returns it as it now is. It
+// Resolve settles the unresolved receipt under token as r says, and returns it as it now is, and
+// records who, when, why and whether applied in the audit log (Audit) in the same statement. It
 // refuses (ErrNotUnresolved) a receipt whose outcome is recorded or whose attempt is running:
 // only a receipt that Receipt.Unresolved marks may be settled by hand. An attempt that still
 // holds an ended lease loses it: its late write matches nothing, and it returns what r recorded
@@ -362,10 +363,10 @@ func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Re
 		if err != nil {
 			return Receipt{}, fmt.Errorf("resolve %s: encode the result: %w", token, err)
 		}
-		stmt = s.sql.resolveApplied
+		stmt = s.audited(s.sql.resolveApplied, AuditResolve, `{"applied": true}`)
 		args = append(args, stored, s.cfg.Retention.Microseconds())
 	} else {
-		stmt = s.sql.resolveNotApplied
+		stmt = s.audited(s.sql.resolveNotApplied, AuditResolve, `{"applied": false}`)
 	}
 	tag, err := s.exec(ctx, stmt, args...)
 	if err != nil {
