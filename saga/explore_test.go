@@ -23,7 +23,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
-	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/saga"
 )
@@ -43,7 +42,8 @@ import (
 //     cancel the carrier rejects), which an operator fixes and re-arms (activity.Store.Rearm)
 //     before signalling the workflow to compensate again;
 //   - a re-execution of the finished saga as after a Reset to its start, which must change
-//     nothing.
+//     nothing;
+//   - compensations in reverse order or all at once.
 //
 // The invariants, checked once every charge in flight has landed:
 //
@@ -66,11 +66,7 @@ func TestExploreCompensations(t *testing.T) {
 	t.Parallel()
 	seed := uint64(exploreEnv("TEMPOTENT_EXPLORE_SEED", 1))
 	n := exploreEnv("TEMPOTENT_EXPLORE_SAGAS_N", exploreSagasDefault)
-	schema := pgtest.Schema(t)
-	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(context.Background()))
-	p := newModelProvider()
+	store, p := exploreStore(t), newModelProvider()
 
 	plans := make([]sagaPlan, n)
 	for i := range plans {
@@ -161,6 +157,8 @@ type sagaPlan struct {
 	Broken []string
 	// ReExecute runs the finished saga again, as after a Reset to its start.
 	ReExecute bool
+	// Parallel runs the compensations at once (saga.Options.Parallel).
+	Parallel bool
 }
 
 func drawPlan(seed uint64) sagaPlan {
@@ -184,6 +182,7 @@ func drawPlan(seed uint64) sagaPlan {
 	// compensation. That is a hazard of Reset this explorer leaves out; drawing ReExecute for
 	// held charges shows it.
 	p.ReExecute = !p.HoldCharge && rng.IntN(3) == 0
+	p.Parallel = rng.IntN(3) == 0
 	return p
 }
 
@@ -384,7 +383,7 @@ func exploredSaga(ctx workflow.Context, pl sagaPlan) (saga.State, error) {
 		StartToCloseTimeout: timeout,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2},
 	})
-	s, err := saga.New(ctx, &saga.Options{CompensationOptions: roomToSettle})
+	s, err := saga.New(ctx, &saga.Options{CompensationOptions: roomToSettle, Parallel: pl.Parallel})
 	if err != nil {
 		return saga.State{}, err
 	}
