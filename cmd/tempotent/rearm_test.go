@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -63,4 +64,11 @@ func TestReceiptsRearm(t *testing.T) {
 	shown := tempotent.ok("receipts", "show", tok)
 	require.Contains(t, shown, "audit")
 	require.Contains(t, shown, "rearm by ops@example.com: INC-9: account unblocked")
+	var asJSON receiptJSON
+	require.NoError(t, json.Unmarshal([]byte(tempotent.ok("receipts", "show", tok, "--json")), &asJSON))
+	require.Len(t, asJSON.Audit, 1)
+	require.Equal(t, "rearm", asJSON.Audit[0].Action)
+	var detail map[string]any
+	require.NoError(t, json.Unmarshal(asJSON.Audit[0].Detail, &detail))
+	require.Equal(t, "Rejected", detail["error_type"])
 }

@@ -132,7 +132,15 @@ func (a *app) show(ctx context.Context, args []string) error {
 			return err
 		}
 		if asJSON {
-			all = append(all, toJSON(r))
+			j := toJSON(r)
+			audit, err := s.Audit(ctx, r.Token)
+			if err != nil && !errors.Is(err, activity.ErrNotMigrated) {
+				return err
+			}
+			for _, e := range audit {
+				j.Audit = append(j.Audit, auditJSON{At: e.At, Actor: e.Actor, Action: e.Action, Reason: e.Reason, Detail: e.Detail})
+			}
+			all = append(all, j)
 			continue
 		}
 		if i > 0 {
@@ -390,6 +398,17 @@ type receiptJSON struct {
 	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
 	ResolvedBy     string          `json:"resolved_by,omitempty"`
 	Resolution     string          `json:"resolution,omitempty"`
+	// Audit is the audit log's records of the receipt (receipts show only).
+	Audit []auditJSON `json:"audit,omitempty"`
+}
+
+// auditJSON is an audit record as --json prints it.
+type auditJSON struct {
+	At     time.Time       `json:"at"`
+	Actor  string          `json:"actor"`
+	Action string          `json:"action"`
+	Reason string          `json:"reason"`
+	Detail json.RawMessage `json:"detail"`
 }
 
 func toJSON(r activity.Receipt) receiptJSON {
