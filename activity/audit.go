@@ -125,13 +125,15 @@ SELECT $3, 'rearm', token, $4, jsonb_build_object('error_type', error_type, 'err
 	'fence', fence, 'attempts', attempts, 'failed_at', completed_at)
 FROM rearmed`
 
-// audited turns a resolve statement (an UPDATE of the receipt under token $1, $3 who, $4 why)
-// into one that also writes its audit record, with detail (a JSON literal chosen by the caller,
-// never user input): the record exists exactly when the update matched.
-func (s *Store) audited(update, action, detail string) string {
-	return fmt.Sprintf(`WITH changed AS (%s RETURNING token)
-INSERT INTO %s (actor, action, target, reason, detail) SELECT $3, '%s', token, $4, '%s'::jsonb FROM changed`,
-		update, s.auditTable(), action, detail)
+// audited turns a resolve statement (an UPDATE of the receipt under token $1, $3 who, $4 why,
+// args its arguments) into one that also writes its audit record of action with detail, and
+// returns it with its arguments: the record is written exactly when the update matched.
+func (s *Store) audited(update string, args []any, action string, detail any) (string, []any) {
+	n := len(args)
+	stmt := fmt.Sprintf(`WITH changed AS (%s RETURNING token)
+INSERT INTO %s (actor, action, target, reason, detail) SELECT $3, $%d, token, $4, $%d FROM changed`,
+		update, s.auditTable(), n+1, n+2)
+	return stmt, append(args, action, detail)
 }
 
 // Audit returns the audit log's records of the receipt under token, oldest first.

@@ -363,11 +363,12 @@ func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Re
 		if err != nil {
 			return Receipt{}, fmt.Errorf("resolve %s: encode the result: %w", token, err)
 		}
-		stmt = s.audited(s.sql.resolveApplied, AuditResolve, `{"applied": true}`)
+		stmt = s.sql.resolveApplied
 		args = append(args, stored, s.cfg.Retention.Microseconds())
 	} else {
-		stmt = s.audited(s.sql.resolveNotApplied, AuditResolve, `{"applied": false}`)
+		stmt = s.sql.resolveNotApplied
 	}
+	stmt, args = s.audited(stmt, args, AuditResolve, map[string]bool{"applied": r.Applied})
 	tag, err := s.exec(ctx, stmt, args...)
 	if err != nil {
 		return Receipt{}, fmt.Errorf("resolve %s: %w", token, s.explain(err))
