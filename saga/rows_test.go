@@ -6,13 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/sagamodel"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/saga"
 )
@@ -33,14 +30,16 @@ func exploreStore(t *testing.T) *activity.Store {
 // (ForwardUnsettled) until the search shows the charge, and refunds it once.
 func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
 	t.Parallel()
-	store, p := exploreStore(t), newModelProvider()
+	x := &explorer{store: exploreStore(t), p: sagamodel.NewProvider()}
 	// In parallel, the refund runs at once; in reverse order it would first wait for the
 	// release, whose declined forward step takes the settle time to be final.
-	pl := sagaPlan{ID: "row29", FailAt: "reserve", Lag: exploreSettle * 2 / 3, Parallel: true}
-	st, err := runExplored(store, p, pl, false)
+	pl := sagamodel.Plan{ID: "row29", FailAt: "reserve", Lag: exploreSettle * 2 / 3,
+		Options: saga.Options{CompensationOptions: roomToSettle, Parallel: true}}
+	st, err := x.run(pl, false)
 	require.NoError(t, err)
+	store, p := x.store, x.p
 	require.Equal(t, saga.StateCompensated, st.Status)
-	charged, refunds, nothing := p.chargeOf(st.Steps[0].Token)
+	charged, refunds, nothing := p.ChargeOf(st.Steps[0].Token)
 	require.True(t, charged)
 	require.False(t, nothing, "the refund concluded 'no charge' while the provider's search lagged")
 	require.Equal(t, 1, refunds, "the charge was not refunded once")
@@ -50,7 +49,7 @@ func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, activity.StatusSucceeded, refund.Status)
 	require.Greater(t, refund.Attempts, 1, "the refund found the charge at once: the search did not lag")
-	require.Greater(t, p.effects(pl.ID)["row29/Refund"], 1)
+	require.Greater(t, p.Calls(pl.ID)["row29/Refund"], 1)
 }
 
 // Row 30 of FAULTS.md, under the test environment: a compensation failed for good, fixed, re-armed
@@ -60,17 +59,11 @@ func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
 // the same token, the completed compensations are not run again, and the saga ends compensated.
 func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 	t.Parallel()
-	store, p := exploreStore(t), newModelProvider()
-	pl := sagaPlan{ID: "row30", FailAt: "ship", Broken: []string{"CancelShipment"}}
+	store, p := exploreStore(t), sagamodel.NewProvider()
+	pl := sagamodel.Plan{ID: "row30", FailAt: "ship", Broken: []string{"CancelShipment"},
+		Options: saga.Options{CompensationOptions: roomToSettle}}
 	ctx := context.Background()
-
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
-	env.SetTestTimeout(time.Minute)
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: pl.ID})
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
-	require.NoError(t, registerExplored(env, store, p))
-	env.RegisterWorkflow(exploredSaga)
+	env := modelEnv(store, p, pl)
 	var (
 		waiting      saga.State
 		failed       activity.Receipt
@@ -86,17 +79,15 @@ func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 		if err == nil {
 			failed, err = store.Receipt(ctx, keys.Token(waiting.Steps[2].CompensationToken))
 		}
-		callsAtRearm = p.effects(pl.ID)
-		p.mu.Lock()
-		p.fixed[pl.ID] = true // the carrier's credentials are fixed
-		p.mu.Unlock()
+		callsAtRearm = p.Calls(pl.ID)
+		p.Fix(pl.ID) // the carrier's credentials are fixed
 		if err == nil {
 			_, err = store.Rearm(ctx, failed.Token, activity.Rearming{By: "ops@example.com", Reason: "INC-30: carrier credentials rotated"})
 		}
 		rearmErr = err
-		env.SignalWorkflow(compensateAgain, nil)
+		env.SignalWorkflow(sagamodel.CompensateAgain, nil)
 	}, 1000*time.Hour)
-	env.ExecuteWorkflow(exploredSaga, pl)
+	env.ExecuteWorkflow(sagamodel.Saga, pl)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, rearmErr)
 	require.NoError(t, env.GetWorkflowError())
@@ -116,11 +107,11 @@ func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, activity.StatusSucceeded, after.Status, "the re-armed cancellation's new outcome was not recorded")
 	require.Greater(t, after.Fence, failed.Fence, "the re-armed cancellation was not taken over")
-	calls := p.effects(pl.ID)
+	calls := p.Calls(pl.ID)
 	require.Greater(t, calls["row30/CancelShipment"], callsAtRearm["row30/CancelShipment"], "the cancellation did not run again")
 	require.Equal(t, callsAtRearm["row30/Refund"], calls["row30/Refund"], "the completed refund ran again")
 	require.Equal(t, callsAtRearm["row30/Release"], calls["row30/Release"], "the completed release ran again")
-	charged, refunds, _ := p.chargeOf(st.Steps[0].Token)
+	charged, refunds, _ := p.ChargeOf(st.Steps[0].Token)
 	require.True(t, charged)
 	require.Equal(t, 1, refunds)
 	audit, err := store.Audit(ctx, failed.Token)
