@@ -23,12 +23,12 @@ func exploreStore(t *testing.T) *activity.Store {
 	return store
 }
 
-// Row 29 of FAULTS.md, under the test environment: a refund right after the forward step
-// completed, the provider's search lagging. The charge completes, the reservation is declined at
+// Row 29 of FAULTS.md under the test environment (faults/ has it on the dev server): a refund
+// right after the forward step completed, the provider's search lagging. The charge completes, the reservation is declined at
 // once, and the refund asks the provider before its search shows the charge. "No charge" is not
 // final while the charge is younger than the settle time: the refund is retried
 // (ForwardUnsettled) until the search shows the charge, and refunds it once.
-func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
+func TestRefundRightAfterChargeSearchLagging(t *testing.T) {
 	t.Parallel()
 	x := &explorer{store: exploreStore(t), p: sagamodel.NewProvider()}
 	// In parallel, the refund runs at once; in reverse order it would first wait for the
@@ -52,12 +52,13 @@ func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
 	require.Greater(t, p.Calls(pl.ID)["row29/Refund"], 1)
 }
 
-// Row 30 of FAULTS.md, under the test environment: a compensation failed for good, fixed, re-armed
-// by an operator. The carrier declines the shipment and rejects its cancellation for good; the
+// Row 30 of FAULTS.md under the test environment (faults/ has it on the dev server, the operator
+// using the tempotent and temporal commands): a compensation failed for good, fixed, re-armed by
+// an operator. The carrier declines the shipment and rejects its cancellation for good; the
 // release and the refund still run. The operator fixes the cause, re-arms the cancellation's
 // receipt and signals the workflow, which compensates again: the cancellation runs again under
 // the same token, the completed compensations are not run again, and the saga ends compensated.
-func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
+func TestCompensationFailedForGoodRearmedRunsAgain(t *testing.T) {
 	t.Parallel()
 	store, p := exploreStore(t), sagamodel.NewProvider()
 	pl := sagamodel.Plan{ID: "row30", FailAt: "ship", Broken: []string{"CancelShipment"},
