@@ -39,6 +39,13 @@ type AuditEntry struct {
 	Detail json.RawMessage
 }
 
+// rearmedPrefix begins the Resolution of a receipt whose last operator action was a re-arm.
+const rearmedPrefix = "re-armed: "
+
+// Rearmed reports whether the receipt's last operator action was a re-arm (Store.Rearm), rather
+// than a resolution: its Resolution is then "re-armed: " and the reason given.
+func (r Receipt) Rearmed() bool { return strings.HasPrefix(r.Resolution, rearmedPrefix) }
+
 // ErrNotFailed is matched by Rearm's error for a receipt that did not fail for good: it
 // succeeded, an attempt holds it, its outcome is unknown (settle that with Resolve), or it was
 // re-armed already.
@@ -82,7 +89,7 @@ func (s *Store) Rearm(ctx context.Context, token keys.Token, r Rearming) (Receip
 		return Receipt{}, fmt.Errorf("rearm: %w", err)
 	}
 	tag, err := s.exec(ctx, fmt.Sprintf(rearm, s.table(), s.auditTable()),
-		string(token), newReservation().uuid(), r.By, r.Reason, s.cfg.Retention.Microseconds())
+		string(token), newReservation().uuid(), r.By, r.Reason, s.cfg.Retention.Microseconds(), rearmedPrefix)
 	if err != nil {
 		return Receipt{}, fmt.Errorf("rearm %s: %w", token, s.explain(err))
 	}
@@ -101,7 +108,7 @@ func (s *Store) Rearm(ctx context.Context, token keys.Token, r Rearming) (Receip
 }
 
 // rearm re-arms a receipt that failed for good ($1 its token, $2 a new reservation held by no
-// attempt, $3 who, $4 why, $5 the retention in µs) and writes the audit record in the same
+// attempt, $3 who, $4 why, $5 the retention in µs, $6 rearmedPrefix) and writes the audit record in the same
 // statement (%[1]s the receipts, %[2]s the audit table). The lease ends now and an effect is
 // possible (see Rearm). Race: two operators re-arming at once both wait for the row lock; the
 // second finds it pending once the first commits, matches nothing and writes no record. No
@@ -116,7 +123,7 @@ WITH old AS (
 	UPDATE %[1]s AS r SET state = 'pending', result = NULL, failure = NULL, error_type = NULL, error_message = NULL,
 		reservation = $2, lease_expires_at = now(), effect_possible = true, completed_at = NULL, updated_at = now(),
 		expires_at = greatest(r.expires_at, now() + $5::bigint * interval '1 microsecond'),
-		resolved_at = now(), resolved_by = $3, resolution = 're-armed: ' || $4
+		resolved_at = now(), resolved_by = $3, resolution = $6 || $4
 	FROM old WHERE r.tableoid = old.tableoid AND r.ctid = old.ctid
 	RETURNING r.token, old.error_type, old.error_message, old.fence, old.attempts, old.completed_at
 )

@@ -59,7 +59,8 @@ type Receipt struct {
 	// Compensations are the receipts of the compensations of this step (Store.Receipt fills it;
 	// Store.Receipts does not).
 	Compensations []Receipt
-	// Set when an operator resolved the receipt (Store.Resolve).
+	// Set when an operator resolved the receipt (Store.Resolve) or re-armed it (Store.Rearm; see
+	// Rearmed): the last such action. The audit log (Store.Audit) has every one.
 	ResolvedAt             *time.Time
 	ResolvedBy, Resolution string
 }

@@ -54,6 +54,7 @@ func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 	require.Empty(t, r.ErrorType)
 	require.Equal(t, "ops@example.com", r.ResolvedBy)
 	require.Contains(t, r.Resolution, "INC-9")
+	require.True(t, r.Rearmed())
 	require.NotNil(t, r.ResolvedAt)
 
 	out, err := activity.Do(ctx, s, c, refund(false))

@@ -310,9 +310,6 @@ func status(r activity.Receipt) string {
 	return r.Status
 }
 
-// rearmed says whether r's last operator action was a re-arm (Store.Rearm).
-func rearmed(r activity.Receipt) bool { return strings.HasPrefix(r.Resolution, "re-armed: ") }
-
 func printReceipt(w io.Writer, r activity.Receipt, audit ...activity.AuditEntry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	line := func(name, format string, args ...any) {
@@ -321,7 +318,7 @@ func printReceipt(w io.Writer, r activity.Receipt, audit ...activity.AuditEntry)
 	line("token", "%s", r.Token)
 	line("key", "%s/%s/%s/%s", r.Key.Namespace, r.Key.Tenant, r.Key.Operation, r.Key.ID)
 	line("status", "%s; stored state %s", status(r), r.State)
-	if r.Unresolved && rearmed(r) {
+	if r.Unresolved && r.Rearmed() {
 		line("to do", "re-armed: the next attempt of %s runs it again under the same token (a saga's compensation: have the workflow call Compensate again)", r.Key.Operation)
 	} else if r.Unresolved {
 		line("to do", "check the downstream for the token, then: tempotent receipts resolve %s --applied --result JSON | --not-applied --reason WHY", r.Token)
@@ -354,8 +351,8 @@ func printReceipt(w io.Writer, r activity.Receipt, audit ...activity.AuditEntry)
 		line("compensation", "%s %s %s", c.Token, c.Key.Operation, status(c))
 	}
 	if r.ResolvedAt != nil {
-		if why, ok := strings.CutPrefix(r.Resolution, "re-armed: "); rearmed(r) && ok {
-			line("re-armed", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, why)
+		if r.Rearmed() {
+			line("re-armed", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, strings.TrimPrefix(r.Resolution, "re-armed: "))
 		} else {
 			line("resolved", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, r.Resolution)
 		}
