@@ -48,12 +48,13 @@ type Call struct {
 	// DownstreamKeyMemoryDefault.
 	DownstreamKeyMemory time.Duration
 	// DownstreamSettleTime is the longest the downstream may take to apply a request after the
-	// attempt that sent it ended (timed out, was fenced out, or its worker died): the request
-	// may still be in flight, or the downstream's search may lag its writes (Stripe's does).
-	// Until that long after the last attempt ended, "the downstream has no effect under this
-	// token" is not final: Reconcile's "not found" is not trusted yet (the takeover waits with
-	// an InProgressError), and ForwardSettled says a compensation must retry. Zero means
-	// DownstreamSettleTimeDefault.
+	// attempt that sent it ended (timed out, was fenced out, or its worker died), or to show an
+	// applied one in its search: the request may still be in flight, or the downstream's search
+	// may lag its writes (Stripe's does). Until that long after the last attempt ended (for
+	// ForwardSettled, also after the forward receipt was completed or failed), "the downstream
+	// has no effect under this token" is not final: Reconcile's "not found" is not trusted yet
+	// (the takeover waits with an InProgressError), and ForwardSettled says a compensation must
+	// retry. Zero means DownstreamSettleTimeDefault.
 	DownstreamSettleTime time.Duration
 	// Reconcile, for a downstream that does not deduplicate (or a token past its key memory),
 	// asks it what an earlier attempt did under the token after a takeover. Without it, such a

@@ -33,19 +33,25 @@ func withRunning(ctx context.Context, s *Store, c Call) context.Context {
 // it when the downstream answers that there is nothing to undo (no charge under the forward
 // step's token): the forward request may still be in flight — the saga compensates once the
 // forward activity's last attempt has timed out, while the downstream may still be processing
-// that attempt's request — or the downstream's search may lag its writes. Concluding "nothing
-// to undo" then would record it under the compensation's receipt and replay it forever, and the
-// charge would land unrefunded a moment later.
+// that attempt's request — or the downstream's search may lag its writes (Stripe documents that
+// its search does), so that a charge made a moment ago is not found yet. Concluding "nothing to
+// undo" then would record it under the compensation's receipt and replay it forever, and the
+// charge would stay unrefunded.
 //
-// It returns nil when the forward step's outcome is settled: its receipt is completed or failed,
-// or its last attempt ended (fenced out, released, or its lease over) at least the downstream's
-// settle time ago (Options.DownstreamSettleTime of the compensation, which should be the forward
-// downstream's), or it ended having certainly sent nothing. A forward step with no receipt at
-// all (it never reserved its key, or its asynchronous reservation was lost) counts as settled
-// once the settle time has passed since the compensation was scheduled, which the saga does
-// only after every forward attempt ended. Otherwise it returns a retryable
-// *ForwardUnsettledError (ErrTypeForwardUnsettled) whose RetryAfter is when the answer may be
-// final: return it, and the compensation is retried and asks the downstream again.
+// It returns nil once the last moment at which the forward effect could have happened lies at
+// least the downstream's settle time in the past (Options.DownstreamSettleTime of the
+// compensation, which should be the forward downstream's). That moment is when the forward
+// receipt was completed or failed, whatever its state: a completed receipt says the effect
+// happened, not that the downstream's search shows it yet, and a failure may have been recorded
+// after a request was sent (a 4xx after a send, an error classified as final by mistake). For a
+// pending receipt it is when its last attempt ended (fenced out, released, or its lease over);
+// a pending receipt whose last attempt certainly sent nothing (or that an operator resolved as
+// not applied) is settled at once. A forward step with no receipt at all (it never reserved its
+// key, or its asynchronous reservation was lost) counts as settled once the settle time has
+// passed since the compensation was scheduled, which the saga does only after every forward
+// attempt ended. Otherwise it returns a retryable *ForwardUnsettledError
+// (ErrTypeForwardUnsettled) whose RetryAfter is the settle time left: return it, and the
+// compensation is retried and asks the downstream again.
 //
 //	r, err := payments.Refund(ctx, forwardToken)
 //	if err == nil && r.Status == downstream.RefundNoCharge {
@@ -68,7 +74,15 @@ func ForwardSettled(ctx context.Context) error {
 	unsettled := func(wait time.Duration) error {
 		return &ForwardUnsettledError{Forward: forward, RetryAfter: rc.store.retryAfter(wait)}
 	}
-	r, err := rc.store.read(ctx, forward)
+	s := rc.store
+	var (
+		state               string
+		leaseUS, finishedUS *int64
+		effectPossible      bool
+	)
+	err := s.queryRow(ctx, s.receipts, s.sql.settings, fmt.Sprintf(readForward, s.table()),
+		forward.Namespace, forward.Tenant, forward.Operation, forward.ID).Scan(&state, &leaseUS, &effectPossible, &finishedUS)
+	lease := usOf(leaseUS)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if since := time.Since(sdkactivity.GetInfo(ctx).ScheduledTime); since < settle {
@@ -77,14 +91,33 @@ func ForwardSettled(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return &StoreError{Op: "read forward", Key: forward, Err: err}
-	case r.state != StatePending:
-		return nil // completed or failed: the outcome is recorded
-	case r.lease > 0:
-		return unsettled(r.lease + settle) // a forward attempt is still running
-	case !r.effectPossible:
+	case state != StatePending:
+		// Completed or failed: the effect may have happened up to the moment it was recorded.
+		if since := usOf(finishedUS); since < settle {
+			return unsettled(settle - since)
+		}
+		return nil
+	case lease > 0:
+		return unsettled(lease + settle) // a forward attempt is still running
+	case !effectPossible:
 		return nil // its last attempt certainly sent nothing
-	case -r.lease < settle:
-		return unsettled(settle + r.lease)
+	case -lease < settle:
+		return unsettled(settle + lease)
 	}
 	return nil
+}
+
+// readForward reads what ForwardSettled needs of the forward step's receipt (%s is the table; $1–$4
+// its key): its state, the time left on its lease in microseconds (negative once ended), whether
+// an effect is possible, and how long ago it was finished (completed or failed; updated_at for a
+// receipt from before completed_at was always set).
+const readForward = `SELECT state, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible,
+	CASE WHEN state <> 'pending' THEN (extract(epoch FROM now() - coalesce(completed_at, updated_at)) * 1000000)::bigint END
+FROM %s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`
+
+func usOf(us *int64) time.Duration {
+	if us == nil {
+		return 0
+	}
+	return time.Duration(*us) * time.Microsecond
 }

@@ -59,7 +59,8 @@ type Receipt struct {
 	// Compensations are the receipts of the compensations of this step (Store.Receipt fills it;
 	// Store.Receipts does not).
 	Compensations []Receipt
-	// Set when an operator resolved the receipt (Store.Resolve).
+	// Set when an operator resolved the receipt (Store.Resolve) or re-armed it (Store.Rearm; see
+	// Rearmed): the last such action. The audit log (Store.Audit) has every one.
 	ResolvedAt             *time.Time
 	ResolvedBy, Resolution string
 }
@@ -326,7 +327,8 @@ type Resolution struct {
 	By, Reason string
 }
 
-// Resolve settles the unresolved receipt under token as r says, and returns it as it now is. It
+// Resolve settles the unresolved receipt under token as r says, and returns it as it now is, and
+// records who, when, why and whether applied in the audit log (Audit) in the same statement. It
 // refuses (ErrNotUnresolved) a receipt whose outcome is recorded or whose attempt is running:
 // only a receipt that Receipt.Unresolved marks may be settled by hand. An attempt that still
 // holds an ended lease loses it: its late write matches nothing, and it returns what r recorded
@@ -367,6 +369,7 @@ func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Re
 	} else {
 		stmt = s.sql.resolveNotApplied
 	}
+	stmt, args = s.audited(stmt, args, AuditResolve, map[string]bool{"applied": r.Applied})
 	tag, err := s.exec(ctx, stmt, args...)
 	if err != nil {
 		return Receipt{}, fmt.Errorf("resolve %s: %w", token, s.explain(err))

@@ -15,7 +15,11 @@
 //   - waits for a forward activity to settle before compensating it, so a refund never
 //     overtakes its charge;
 //   - runs compensations in reverse order (or in parallel) with a retry policy that keeps
-//     trying, and reports every compensation that did not complete in a *CompensationError;
+//     trying; one that fails for good stops none of the others, and every one that did not
+//     complete is named in a *CompensationError;
+//   - runs a failed compensation again when the workflow calls Compensate again, once an
+//     operator has fixed the cause and re-armed its receipt (tempotent receipts rearm,
+//     activity.Store.Rearm): under the same key, while the completed ones are not run again;
 //   - answers a query (QueryTypeDefault) with steps, tokens, outcomes and compensation states.
 //
 // Keys travel in Temporal headers: no key parameter appears in an activity's signature. Install

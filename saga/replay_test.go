@@ -23,6 +23,12 @@ import (
 // nondeterminism error) fails here before it fails in production. Re-record them with
 // `TEMPOTENT_RECORD_HISTORIES=1 go test -run TestRecordHistories ./saga/` after an intended
 // change.
+//
+// payment-cancel-fails-v0 is not re-recorded: the version before sequential compensation went on
+// after a failure recorded it (the cancel-shipment compensation fails for good, and the release
+// and the refund are skipped), and it stays to prove that such histories still replay as they
+// were recorded (workflow.GetVersion "tempotent.saga.continue-after-failure"). Without the
+// version check, its replay schedules the release and fails as nondeterministic.
 func TestReplayRecordedHistories(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("testdata/*.history.json")

@@ -33,14 +33,18 @@ const (
 // returns when a compensation failed for good.
 const ErrTypeCompensationFailed = errtype.CompensationFailed
 
-// Options configures a Saga. The zero Options (or nil) compensates in reverse order and stops at
-// the first compensation that fails for good.
+// Options configures a Saga. The zero Options (or nil) compensates in reverse order, one at a
+// time, and goes on with the rest after a compensation that fails for good.
 type Options struct {
-	// Parallel runs all compensations at once instead of in reverse order. Every compensation
-	// runs even when another fails (ContinueOnError is implied).
+	// Parallel runs all compensations at once instead of in reverse order. Either way every
+	// compensation runs, whichever others fail.
 	Parallel bool
-	// ContinueOnError goes on with the remaining compensations after one failed for good,
-	// instead of leaving them skipped.
+	// ContinueOnError is what sequential compensation now always does: after a compensation
+	// that failed for good, go on with the remaining ones in reverse order.
+	//
+	// Deprecated: it has no effect on sagas that start compensating with this version. It is
+	// read only when a workflow history recorded by an earlier version is replayed (that
+	// version stopped at the first failure without it, and marked the rest skipped). Remove it.
 	ContinueOnError bool
 	// CompensationOptions are the compensations' activity options. A zero StartToCloseTimeout
 	// becomes CompensationTimeoutDefault; a nil RetryPolicy becomes one that keeps trying,
@@ -153,12 +157,24 @@ func (s *Saga) Step(ctx workflow.Context, name string, comp Compensation, activi
 // Compensate runs the compensation of every step registered so far, in reverse order (or all at
 // once with Options.Parallel), each after its forward activity has settled, so that a
 // compensation never overtakes the effect it undoes. It uses a disconnected context: a
-// cancelled workflow still compensates. Steps already compensated are not compensated again,
-// so calling Compensate twice is safe.
+// cancelled workflow still compensates.
+//
+// A compensation that fails for good does not stop the others: in reverse order, the remaining
+// ones still run (a refund must neither wait forever on a shipment cancel that failed, nor be
+// skipped because of it). Compensations are independent undos, each of its own forward step;
+// one whose undo depends on another's having happened should check for it itself and fail
+// retryably until it has.
 //
 // It returns nil when every compensation completed. Otherwise it returns a non-retryable
 // application error of type ErrTypeCompensationFailed whose cause is a *CompensationError naming
-// every compensation that did not complete and why.
+// every compensation that failed, and why.
+//
+// Steps already compensated are not compensated again, so calling Compensate twice is safe, and
+// is how a failed compensation runs again: fix its cause, re-arm its receipt (the tempotent
+// command's "receipts rearm", or activity.Store.Rearm), then have the workflow call Compensate
+// again, for instance on a signal. The re-armed compensation runs again under the same key and
+// token; the completed ones are not scheduled again. (Resetting the workflow to before its first
+// compensation works too: every completed compensation then replays its receipt.)
 func (s *Saga) Compensate(ctx workflow.Context) error {
 	s.state = StateCompensating
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
@@ -180,13 +196,17 @@ func (s *Saga) Compensate(ctx workflow.Context) error {
 		}
 		wg.Wait(ctx)
 	} else {
+		// Sagas that began compensating before this version stopped at the first failure
+		// unless ContinueOnError was set; their histories must replay as they were recorded.
+		stopAtFailure := workflow.GetVersion(ctx, continueAfterFailure, workflow.DefaultVersion, 1) == workflow.DefaultVersion &&
+			!s.opts.ContinueOnError
 		stopped := false
 		for _, st := range pending {
 			if stopped {
 				st.compStatus, st.compErr = CompensationSkipped, "an earlier compensation failed and ContinueOnError is off"
 				continue
 			}
-			if !s.compensate(ctx, st) && !s.opts.ContinueOnError {
+			if !s.compensate(ctx, st) && stopAtFailure {
 				stopped = true
 			}
 		}
@@ -228,6 +248,10 @@ func (s *Saga) compensate(ctx workflow.Context, st *step) bool {
 	st.compStatus = CompensationCompleted
 	return true
 }
+
+// continueAfterFailure is the change ID (workflow.GetVersion) of sequential compensation going on
+// after a failed compensation.
+const continueAfterFailure = "tempotent.saga.continue-after-failure"
 
 func (s *Saga) compensationOptions() workflow.ActivityOptions {
 	o := s.opts.CompensationOptions
@@ -278,8 +302,11 @@ func failed(ctx workflow.Context, err error) workflow.Future {
 
 // CompensationError names every compensation that did not complete.
 type CompensationError struct {
-	Failed  []FailedCompensation
-	Skipped []string // steps whose compensation did not run because an earlier one failed
+	Failed []FailedCompensation
+	// Skipped lists steps whose compensation did not run because an earlier one failed. Only a
+	// saga whose history an earlier version recorded (which stopped at the first failure)
+	// replays to a non-empty Skipped.
+	Skipped []string
 }
 
 // FailedCompensation is one compensation that failed for good.
@@ -299,6 +326,6 @@ func (e *CompensationError) Error() string {
 	if len(e.Skipped) > 0 {
 		fmt.Fprintf(&b, " not run: %s;", strings.Join(e.Skipped, ", "))
 	}
-	b.WriteString(" the listed effects may still need undoing: fix the cause, then run the compensations again (they are idempotent)")
+	b.WriteString(" the listed effects may still need undoing: fix the cause, re-arm each failed compensation's receipt (tempotent receipts rearm TOKEN), then have the workflow call Compensate again (completed compensations are not run again)")
 	return b.String()
 }

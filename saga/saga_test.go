@@ -188,6 +188,9 @@ func (h *harness) register(r worker.ActivityRegistry) {
 // run executes the saga in a fresh test environment, as a new worker would after a crash or a
 // Reset: same workflow ID, same OriginalRunID.
 func (h *harness) run(o order) (saga.State, error) {
+	if o.Options.CompensationOptions.RetryPolicy == nil {
+		o.Options.CompensationOptions = roomToSettle
+	}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
@@ -217,6 +220,15 @@ func (h *harness) run(o order) (saga.State, error) {
 	require.NoError(h.t, q.Get(&queried))
 	require.Equal(h.t, st, queried, "the query and the workflow disagree")
 	return st, nil
+}
+
+// roomToSettle are compensation options for the test environment. A compensation that finds
+// nothing to undo retries (ForwardUnsettled) until its forward step is settleTime old in real
+// time, while the environment skips the retries' mock-time delays and caps "unlimited" retries
+// at 10: give them room.
+var roomToSettle = workflow.ActivityOptions{
+	ScheduleToCloseTimeout: 24 * time.Hour,
+	RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 1 << 20},
 }
 
 // headerMap is a workflow.HeaderWriter over a header's fields.
@@ -364,27 +376,30 @@ func failingUndo(undo ...string) func(string, order, int32) error {
 func TestCompensationFailureModes(t *testing.T) {
 	t.Parallel()
 
-	t.Run("SequentialStopsAtFirstFailure", func(t *testing.T) {
+	// A cancel-shipment that fails for good neither holds up nor skips the refund: the
+	// remaining compensations run in reverse order, and the error names the one that failed.
+	t.Run("SequentialRunsTheRestAfterAFailure", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		h.fail = failingUndo("Release")
+		h.fail = failingUndo("CancelShipment") // the shipment is declined, and its cancel fails
 		_, err := h.run(order{ID: "o-6", Amount: 100})
-		// The workflow returned the error; the test environment passes it through the
-		// failure converter, so only the message survives the trip.
-		require.ErrorContains(t, err, `step "reserve": compensation "Release"`)
-		require.ErrorContains(t, err, "Release rejected")
-		require.ErrorContains(t, err, "not run: charge")
+		require.ErrorContains(t, err, `step "ship": compensation "CancelShipment"`)
+		require.ErrorContains(t, err, "CancelShipment rejected")
+		require.NotContains(t, err.Error(), "not run:")
 		_, refunds := h.ledger.effects("charge")
-		require.Equal(t, 0, refunds, "a compensation ran after an earlier one failed without ContinueOnError")
+		require.Equal(t, 1, refunds, "the refund was skipped after the shipment's cancel failed")
+		_, releases := h.ledger.effects("reserve")
+		require.Equal(t, 1, releases, "the release was skipped after the shipment's cancel failed")
 	})
 
-	t.Run("ContinueOnError", func(t *testing.T) {
+	t.Run("SequentialNamesEveryFailure", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		h.fail = failingUndo("Release")
-		_, err := h.run(order{ID: "o-7", Amount: 100, Options: saga.Options{ContinueOnError: true}})
-		require.ErrorContains(t, err, `step "reserve"`)
-		require.NotContains(t, err.Error(), "not run")
+		h.fail = failingUndo("Release", "CancelShipment")
+		_, err := h.run(order{ID: "o-7", Amount: 100})
+		require.ErrorContains(t, err, `step "reserve": compensation "Release"`)
+		require.ErrorContains(t, err, `step "ship": compensation "CancelShipment"`)
+		require.NotContains(t, err.Error(), "not run:")
 		_, refunds := h.ledger.effects("charge")
 		require.Equal(t, 1, refunds)
 	})
@@ -450,7 +465,7 @@ func TestCompensateReturnsTypedError(t *testing.T) {
 
 func parallelSaga(ctx workflow.Context, o order) (saga.State, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
-	s, err := saga.New(ctx, nil)
+	s, err := saga.New(ctx, &o.Options)
 	if err != nil {
 		return saga.State{}, err
 	}
@@ -486,7 +501,7 @@ func TestCompensationWaitsForItsForwardStep(t *testing.T) {
 
 func loopSaga(ctx workflow.Context, o order) (saga.State, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
-	s, err := saga.New(ctx, nil)
+	s, err := saga.New(ctx, &o.Options)
 	if err != nil {
 		return saga.State{}, err
 	}
@@ -543,14 +558,7 @@ func TestCompensationWaitsForAForwardStillInFlight(t *testing.T) {
 		}()
 		return true
 	}
-	// The test environment skips time while the refund waits to retry, so its clock runs far
-	// ahead of the database's, and it caps "unlimited" retries at 10: give the refund's
-	// retries room.
-	long := saga.Options{CompensationOptions: workflow.ActivityOptions{
-		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 1 << 20},
-	}}
-	st, err := h.run(order{ID: "o-late", Amount: 100, Options: long})
+	st, err := h.run(order{ID: "o-late", Amount: 100})
 	require.NoError(t, err)
 	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
 	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)

@@ -29,7 +29,7 @@ const (
 	CompensationRunning    CompensationStatus = "running"    // scheduled, retried until it settles
 	CompensationCompleted  CompensationStatus = "completed"  // the undo is done (or there was nothing to undo)
 	CompensationFailed     CompensationStatus = "failed"     // failed for good: CompensationError names it
-	CompensationSkipped    CompensationStatus = "skipped"    // not run: an earlier compensation failed
+	CompensationSkipped    CompensationStatus = "skipped"    // not run: an earlier one failed (histories of earlier versions only)
 )
 
 // State is the saga's record, as the query handler returns it.

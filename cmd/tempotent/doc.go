@@ -1,5 +1,5 @@
 // Command tempotent is the operator's tool for tempotent's receipts: find them, read them, settle
-// an outcome nobody knows, purge, count, migrate, and check a deployment's health — without SQL
+// an outcome nobody knows, run again one that failed once its cause is fixed, purge, count, migrate, and check a deployment's health — without SQL
 // against the receipts table.
 //
 //	go install github.com/tempotent/tempotent/cmd/tempotent@latest
@@ -14,6 +14,7 @@
 //	receipts list       receipts, oldest first, filtered by state, tenant, operation, workflow, age; paged
 //	receipts show       every field of one receipt (by token or key), or of a workflow's receipts
 //	receipts resolve    settle an unknown outcome: --applied --result JSON, or --not-applied
+//	receipts rearm      run a receipt that failed for good again once its cause is fixed (a saga's compensation)
 //	receipts partition  partition receipts by day, so that purge drops days instead of deleting rows
 //	purge               delete receipts past their retention, or drop whole days when partitioned (never an unresolved one)
 //	stats               counts by operation and state, the oldest unresolved receipt
@@ -29,6 +30,7 @@
 //	0  done
 //	1  the command failed: the database did not answer, or a statement failed
 //	2  the command line is wrong (unknown command or flag, missing argument)
-//	3  refused: no receipt under that token, or a receipt that is not unresolved
+//	3  refused: no receipt under that token, or a receipt that is not unresolved (resolve) or
+//	   has not failed (rearm)
 //	4  doctor found a problem
 package main

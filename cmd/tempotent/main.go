@@ -55,6 +55,7 @@ func (a *app) commands() []command {
 		{"receipts list", "list receipts, oldest first, with filters; paged", a.list},
 		{"receipts show", "every field of a receipt (by token or --key), or of a workflow's receipts (--workflow)", a.show},
 		{"receipts resolve", "settle an unknown outcome: --applied --result JSON, or --not-applied", a.resolve},
+		{"receipts rearm", "run a receipt that failed for good again, once its cause is fixed: --reason WHY", a.rearm},
 		{"receipts partition", "partition receipts by day, so that purge drops days instead of rows", a.partition},
 		{"purge", "delete receipts past their retention (drop whole days, if partitioned); never an unresolved one", a.purge},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
@@ -82,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return a.exit(c.name, err)
 	}
 	if args[0] == "receipts" {
-		fmt.Fprintf(stderr, "tempotent receipts: give list, show, resolve or partition\n\n")
+		fmt.Fprintf(stderr, "tempotent receipts: give list, show, resolve, rearm or partition\n\n")
 	} else {
 		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
 	}
@@ -98,7 +99,7 @@ func (a *app) usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configured like the worker: DATABASE_URL (or --database-url), TEMPOTENT_SCHEMA (or --schema).")
-	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 wrong command line, 3 refused (no such receipt, not unresolved), 4 doctor found a problem.")
+	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 wrong command line, 3 refused (no such receipt, not unresolved, not failed), 4 doctor found a problem.")
 }
 
 // usageError is a wrong command line: exit 2.

@@ -398,14 +398,14 @@ func TestCommandLine(t *testing.T) {
 	code, out, _ := tempotent.run()
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, out, "receipts resolve")
-	for _, name := range []string{"receipts list", "receipts show", "receipts resolve", "receipts partition", "purge", "stats", "migrate", "doctor"} {
+	for _, name := range []string{"receipts list", "receipts show", "receipts resolve", "receipts rearm", "receipts partition", "purge", "stats", "migrate", "doctor"} {
 		code, out, _ := tempotent.run(append(strings.Fields(name), "--help")...)
 		require.Equal(t, exitOK, code, name)
 		require.Contains(t, out, "Usage: tempotent "+name, name)
 	}
 	code, _, errOut := tempotent.run("receipts", "frobnicate")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, "give list, show, resolve or partition")
+	require.Contains(t, errOut, "give list, show, resolve, rearm or partition")
 	code, _, errOut = tempotent.run("stats", "--database-url", "postgres://nobody@127.0.0.1:1/none")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut, "does not answer")

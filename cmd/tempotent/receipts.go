@@ -132,13 +132,21 @@ func (a *app) show(ctx context.Context, args []string) error {
 			return err
 		}
 		if asJSON {
-			all = append(all, toJSON(r))
+			j := toJSON(r)
+			audit, err := s.Audit(ctx, r.Token)
+			if err != nil && !errors.Is(err, activity.ErrNotMigrated) {
+				return err
+			}
+			for _, e := range audit {
+				j.Audit = append(j.Audit, auditJSON{At: e.At, Actor: e.Actor, Action: e.Action, Reason: e.Reason, Detail: e.Detail})
+			}
+			all = append(all, j)
 			continue
 		}
 		if i > 0 {
 			fmt.Fprintln(a.stdout)
 		}
-		if err := printReceipt(a.stdout, r); err != nil {
+		if err := a.printWithAudit(ctx, s, r); err != nil {
 			return err
 		}
 	}
@@ -212,6 +220,64 @@ a store with Config.Codecs should resolve with activity.Store.Resolve from Go in
 	return printReceipt(a.stdout, r)
 }
 
+func (a *app) rearm(ctx context.Context, args []string) error {
+	f := a.flags("receipts rearm", "TOKEN", `Makes the receipt under TOKEN, which recorded a failure for good, runnable again: once
+you have fixed what made it fail (a blocked account, a wrong configuration), the next attempt
+of the activity calls the downstream again under the same token and records what happens
+this time. For a saga's compensation, have the workflow call Compensate again (or reset it to
+before its compensations) once its receipts are re-armed.
+
+Only a receipt that failed for good can be re-armed; an unknown outcome is settled with
+"receipts resolve". The failure it clears, who, when and why go to the audit log, which
+"receipts show" prints. A downstream that stored its failed answer under the token (Stripe
+does, for 24 hours) gives it again: such a failure needs a new intent, not a re-arm.`)
+	var reason, by string
+	f.StringVar(&reason, "reason", "", "why: what was fixed, a ticket (required)")
+	f.StringVar(&by, "by", defaultBy(), "who re-arms it")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case len(f.args) != 1:
+		return usagef("give the receipt's TOKEN")
+	case strings.TrimSpace(reason) == "":
+		return usagef("give --reason: what was fixed, or a ticket; it goes to the audit log")
+	}
+	s, pool, err := f.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tok := keys.Token(f.arg(0))
+	before, err := s.Receipt(ctx, tok)
+	if errors.Is(err, activity.ErrNoReceipt) {
+		return &refusedError{err}
+	}
+	if err != nil {
+		return err
+	}
+	r, err := s.Rearm(ctx, tok, activity.Rearming{By: by, Reason: reason})
+	if errors.Is(err, activity.ErrNoReceipt) || errors.Is(err, activity.ErrNotFailed) {
+		return &refusedError{err}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "re-armed %s: the next attempt of %s calls it again under the same token\ncleared: %s: %s\n\n",
+		r.Token, r.Key.Operation, before.ErrorType, before.ErrorMessage)
+	return a.printWithAudit(ctx, s, r)
+}
+
+// printWithAudit prints r and the audit log's records of it. A schema without the audit table
+// (migration 005 not applied yet) has none to print.
+func (a *app) printWithAudit(ctx context.Context, s *activity.Store, r activity.Receipt) error {
+	entries, err := s.Audit(ctx, r.Token)
+	if err != nil && !errors.Is(err, activity.ErrNotMigrated) {
+		return err
+	}
+	return printReceipt(a.stdout, r, entries...)
+}
+
 func defaultBy() string {
 	name := "unknown"
 	if u, err := user.Current(); err == nil {
@@ -244,7 +310,7 @@ func status(r activity.Receipt) string {
 	return r.Status
 }
 
-func printReceipt(w io.Writer, r activity.Receipt) error {
+func printReceipt(w io.Writer, r activity.Receipt, audit ...activity.AuditEntry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	line := func(name, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
@@ -252,7 +318,9 @@ func printReceipt(w io.Writer, r activity.Receipt) error {
 	line("token", "%s", r.Token)
 	line("key", "%s/%s/%s/%s", r.Key.Namespace, r.Key.Tenant, r.Key.Operation, r.Key.ID)
 	line("status", "%s; stored state %s", status(r), r.State)
-	if r.Unresolved {
+	if r.Unresolved && r.Rearmed() {
+		line("to do", "re-armed: the next attempt of %s runs it again under the same token (a saga's compensation: have the workflow call Compensate again)", r.Key.Operation)
+	} else if r.Unresolved {
 		line("to do", "check the downstream for the token, then: tempotent receipts resolve %s --applied --result JSON | --not-applied --reason WHY", r.Token)
 	}
 	line("effect possible", "%t", r.EffectPossible)
@@ -283,7 +351,14 @@ func printReceipt(w io.Writer, r activity.Receipt) error {
 		line("compensation", "%s %s %s", c.Token, c.Key.Operation, status(c))
 	}
 	if r.ResolvedAt != nil {
-		line("resolved", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, r.Resolution)
+		if r.Rearmed() {
+			line("re-armed", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, strings.TrimPrefix(r.Resolution, "re-armed: "))
+		} else {
+			line("resolved", "%s by %s: %s", stamp(*r.ResolvedAt), r.ResolvedBy, r.Resolution)
+		}
+	}
+	for _, e := range audit {
+		line("audit", "%s %s by %s: %s %s", stamp(e.At), e.Action, e.Actor, e.Reason, e.Detail)
 	}
 	return tw.Flush()
 }
@@ -320,6 +395,17 @@ type receiptJSON struct {
 	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
 	ResolvedBy     string          `json:"resolved_by,omitempty"`
 	Resolution     string          `json:"resolution,omitempty"`
+	// Audit is the audit log's records of the receipt (receipts show only).
+	Audit []auditJSON `json:"audit,omitempty"`
+}
+
+// auditJSON is an audit record as --json prints it.
+type auditJSON struct {
+	At     time.Time       `json:"at"`
+	Actor  string          `json:"actor"`
+	Action string          `json:"action"`
+	Reason string          `json:"reason"`
+	Detail json.RawMessage `json:"detail"`
 }
 
 func toJSON(r activity.Receipt) receiptJSON {
