@@ -348,8 +348,23 @@ func (s *Store) release(ctx context.Context, a *attempt, effectPossible bool, en
 
 // writeContext is the context of a bookkeeping write after the function ran: detached from the
 // activity's cancellation, bounded by the statement timeout (and a margin for the round trip).
+// Make it just before the write is sent, never before the function runs: its deadline counts
+// from when it is made, and a function slower than it would leave no time for the write.
 func (s *Store) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout+time.Second)
+	return s.statementContext(context.WithoutCancel(ctx))
+}
+
+// statementContext bounds one receipt statement sent under ctx, as writeContext does, without
+// detaching it from ctx's cancellation: for the statements before the function runs.
+func (s *Store) statementContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.StatementTimeout+time.Second)
+}
+
+// writeOn runs one bookkeeping write under a writeContext of its own.
+func (s *Store) writeOn(ctx context.Context, write func(context.Context) error) error {
+	wctx, cancel := s.writeContext(ctx)
+	defer cancel()
+	return write(wctx)
 }
 
 type recorded struct {
