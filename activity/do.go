@@ -195,6 +195,7 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: time.Now(), cancel: cancel}
+	lease.ends.Store(lease.lastExtend.Add(s.leaseFor(ctx, a.call)).UnixNano())
 	if items := itemLeasesFrom(ctx); items != nil {
 		defer items.hold(lease)() // an item of a ForEach batch: heartbeats extend its lease too
 	}
@@ -300,8 +301,11 @@ func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err
 		if encErr != nil {
 			return encErr
 		}
-		written, dbErr = s.completions.complete(wctx, &completion{key: k, reservation: a.reservation,
-			fingerprint: a.call.Fingerprint, outcome: out})
+		comp := &completion{key: k, reservation: a.reservation, fingerprint: a.call.Fingerprint, outcome: out}
+		if l := leaseFrom(ctx); l != nil {
+			comp.retryUntil = l.endsAt()
+		}
+		written, dbErr = s.completions.complete(wctx, comp)
 	}
 	if dbErr != nil {
 		// The outcome is not recorded; the lease still stands, so the next attempt takes over
