@@ -72,7 +72,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 				continue
 			}
 			obs.count(MetricInProgress)
-			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(r.lease)}
+			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(r.lease)}
 		}
 		a := &attempt{call: c, reservation: newReservation(), obs: obs, effectPossible: r.effectPossible, age: r.age,
 			lastEnded: time.Now().Add(r.lease)}
@@ -99,7 +99,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
 		}
 	}
-	return nil, &InProgressError{Key: k, RetryAfter: 100 * time.Millisecond}
+	return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(0)}
 }
 
 // reserve inserts a pending receipt for c under reservation res, or returns the one already there.
@@ -122,6 +122,15 @@ func (s *Store) reserve(ctx context.Context, c Call, res reservation, lease time
 // retryAfter is the next-retry delay of an InProgressError when the key is busy for wait more.
 func (s *Store) retryAfter(wait time.Duration) time.Duration {
 	return min(max(wait, 100*time.Millisecond), s.cfg.InProgressDelayMax)
+}
+
+// inProgressDelay is the next-retry delay of a duplicate that found another attempt holding the
+// key for wait more: retryAfter's, with full jitter. The duplicates of one intent (a workflow
+// that scheduled the same key many times, retries that raced) would otherwise all retry at the
+// same moment and meet the holder, or each other, together again. A settle wait is not
+// jittered (retryAfter alone): a retry before it ends would only be told to wait again.
+func (s *Store) inProgressDelay(wait time.Duration) time.Duration {
+	return fullJitter(s.retryAfter(wait))
 }
 
 // attempt is one execution that holds a receipt under its reservation.
@@ -174,7 +183,7 @@ func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool
 		select {
 		case <-ctx.Done():
 			return r, false
-		case <-time.After(delay):
+		case <-time.After(fullJitter(delay)): // duplicates that wait together read apart
 		}
 		next, err := s.read(ctx, k)
 		if err != nil {

@@ -85,7 +85,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 			// most likely a duplicate of this intent, running or stalled with its transaction
 			// open. Nothing was written; the retry finds its receipt, or runs fn again.
 			obs.count(MetricInProgress)
-			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 		}
 		if !s.isFinal(ctx, err) {
 			return nil, err // nothing was written; the retry runs fn again
@@ -132,7 +132,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		// A duplicate's receipt is being committed (or its transaction stalled): its outcome
 		// is the answer, once it is there.
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+		return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 	}
 	if err := errors.Join(insertErr, commitErr, closeErr); err != nil {
 		// Possibly committed: the next attempt's read tells.
@@ -172,7 +172,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if r.state == StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(r.lease)}
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}
 	}
 	obs.count(MetricReplayed)
 	return s.replay(c.Key, r)
@@ -285,7 +285,7 @@ func (s *Store) answerDuplicateInTx(ctx context.Context, tx pgx.Tx, c Call, obs 
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(0)}
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(0)}
 	case err != nil:
 		return nil, &StoreError{Op: "read", Key: c.Key, Err: err}
 	}
