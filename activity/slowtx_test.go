@@ -13,10 +13,13 @@ import (
 	"github.com/tempotent/tempotent/activity"
 )
 
-// slowerThanTheWriteTimeout outlasts what a store with a 1 ms statement timeout gives one write
-// (the statement timeout and a second's margin for the round trip), so that a function this slow
-// ends after any deadline that was set before it ran.
-const slowerThanTheWriteTimeout = 1100 * time.Millisecond
+// A store's statement timeout short enough that a function slower than the deadline of one write
+// (the statement timeout and a second's margin for the round trip) is quick to write, and long
+// enough for the receipt's own statements (on a partitioned table, its uniqueness trigger too).
+const (
+	shortStatementTimeout     = 100 * time.Millisecond
+	slowerThanTheWriteTimeout = shortStatementTimeout + 1200*time.Millisecond
+)
 
 // A DoInNewTx function that runs longer than the store's statement timeout still commits: the
 // timeouts of the receipt's own statements count from when each is sent, not from before fn ran.
@@ -34,7 +37,7 @@ func TestDoInNewTxSlowerThanTheStatementTimeout(t *testing.T) {
 
 	t.Run("CommitsOnce", func(t *testing.T) {
 		t.Parallel()
-		s, schema := setup(t, &activity.Config{StatementTimeout: time.Millisecond})
+		s, schema := setup(t, &activity.Config{StatementTimeout: shortStatementTimeout})
 		stockSetup(t, schema)
 		c := call(t, "order-1/reserve", map[string]int{"units": 3})
 		left, err := activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
@@ -57,7 +60,7 @@ func TestDoInNewTxSlowerThanTheStatementTimeout(t *testing.T) {
 
 	t.Run("RecordsAFinalError", func(t *testing.T) {
 		t.Parallel()
-		s, schema := setup(t, &activity.Config{StatementTimeout: time.Millisecond})
+		s, schema := setup(t, &activity.Config{StatementTimeout: shortStatementTimeout})
 		stockSetup(t, schema)
 		c := call(t, "order-2/reserve", map[string]int{"units": 30})
 		_, err := activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (int, error) {
