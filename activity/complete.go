@@ -135,24 +135,19 @@ func (s *Store) completeBatchArgs(batch []*completion) []any {
 		errTypes, errMsgs, s.cfg.Retention.Microseconds()}
 }
 
-// Backoff between the writes of a completion whose receipt stays locked (completeOne).
-const (
-	lockedRetryBase = 50 * time.Millisecond
-	lockedRetryMax  = 2 * time.Second
-)
-
 // completeOne writes one completion that a batch skipped, on its own and outside the queue,
 // each write waiting at most the lock timeout for its row. No row means the attempt was fenced
 // out.
 //
 // A lock timeout does not drop the outcome: the attempt knows it, and dropping it would leave
 // the receipt pending with an effect possible, which the next attempt meets as an unknown outcome
-// at a downstream that does not deduplicate. So the write is sent again, backing off with full
-// jitter, until it gets the row or the attempt's lease ends (c.retryUntil). Each write matches the
+// at a downstream that does not deduplicate. So the write is sent again, after a pause drawn with
+// full jitter from a bound that grows from a quarter of the lock timeout to the lock timeout,
+// until it gets the row or the attempt's lease ends (c.retryUntil). Each write matches the
 // attempt's reservation, so once another attempt has taken the receipt over (the lease ended)
 // it matches nothing. Past the lease, the lock timeout is returned as before.
 func (s *Store) completeOne(ctx context.Context, c *completion) (bool, error) {
-	for delay := lockedRetryBase; ; delay = min(2*delay, lockedRetryMax) {
+	for delay := max(s.cfg.LockTimeout/4, time.Millisecond); ; delay = min(2*delay, s.cfg.LockTimeout) {
 		wctx, cancel := s.writeContext(ctx) // each write its own timeout, from when it is sent
 		tag, err := s.exec(wctx, s.sql.complete, c.args(s)...)
 		cancel()
