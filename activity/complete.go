@@ -2,6 +2,8 @@ package activity
 
 import (
 	"context"
+	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -33,6 +35,10 @@ type completion struct {
 	reservation reservation
 	fingerprint keys.Fingerprint
 	outcome     outcome
+
+	// retryUntil is when the attempt's lease ends: until then, a completion that meets its
+	// receipt locked writes again (completeOne). The zero time writes once.
+	retryUntil time.Time
 
 	done    chan struct{}
 	written bool  // the reservation held and the outcome is recorded
@@ -130,10 +136,30 @@ func (s *Store) completeBatchArgs(batch []*completion) []any {
 }
 
 // completeOne writes one completion that a batch skipped, on its own and outside the queue,
-// waiting at most the lock timeout for its row. No row means the attempt was fenced out.
+// each write waiting at most the lock timeout for its row. No row means the attempt was fenced
+// out.
+//
+// A lock timeout does not drop the outcome: the attempt knows it, and dropping it would leave
+// the receipt pending with an effect possible, which the next attempt meets as an unknown outcome
+// at a downstream that does not deduplicate. So the write is sent again, after a pause drawn with
+// full jitter from a bound that grows from a quarter of the lock timeout to the lock timeout,
+// until it gets the row or the attempt's lease ends (c.retryUntil). Each write matches the
+// attempt's reservation, so once another attempt has taken the receipt over (the lease ended)
+// it matches nothing. Past the lease, the lock timeout is returned as before.
 func (s *Store) completeOne(ctx context.Context, c *completion) (bool, error) {
-	tag, err := s.exec(ctx, s.sql.complete, c.args(s)...)
-	return tag.RowsAffected() > 0, err
+	for delay := max(s.cfg.LockTimeout/4, time.Millisecond); ; delay = min(2*delay, s.cfg.LockTimeout) {
+		wctx, cancel := s.writeContext(ctx) // each write its own timeout, from when it is sent
+		tag, err := s.exec(wctx, s.sql.complete, c.args(s)...)
+		cancel()
+		if !isLockTimeout(err) {
+			return tag.RowsAffected() > 0, err
+		}
+		wait := fullJitter(delay)
+		if time.Now().Add(wait).After(c.retryUntil) {
+			return false, err
+		}
+		time.Sleep(wait)
+	}
 }
 
 // args are the parameters of complete and completeSkipLocked.
@@ -141,4 +167,13 @@ func (c *completion) args(s *Store) []any {
 	k, o := c.key, c.outcome
 	return []any{k.Namespace, k.Tenant, k.Operation, k.ID, c.reservation.uuid(), c.fingerprint.Sum[:], c.fingerprint.Version,
 		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}
+}
+
+// fullJitter returns a delay drawn uniformly from (0, d]: retries that would wake together (the
+// duplicates of one busy key, the writes of one locked receipt) spread over the whole interval.
+func fullJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return 1 + time.Duration(rand.Int64N(int64(d)))
 }

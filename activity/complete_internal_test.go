@@ -110,9 +110,10 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	require.False(t, written, "a completion whose reservation was taken over was recorded")
 }
 
-// TestRetryAfterIsBounded checks the next-retry delay of an InProgressError: the time the key
-// stays busy, but at least 100 ms (no retry storm on a lease about to end) and at most
-// Config.InProgressDelayMax.
+// TestRetryAfterIsBounded checks the bound of the next-retry delay of an InProgressError: the
+// time the key stays busy, but at least 100 ms (no retry storm on a lease about to end) and at
+// most Config.InProgressDelayMax. A duplicate's delay is drawn below it (inProgressDelay,
+// TestInProgressRetriesHaveFullJitter).
 func TestRetryAfterIsBounded(t *testing.T) {
 	t.Parallel()
 	s := &Store{cfg: Config{InProgressDelayMax: 5 * time.Second}}

@@ -72,7 +72,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 				continue
 			}
 			obs.count(MetricInProgress)
-			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(r.lease)}
+			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(r.lease)}
 		}
 		a := &attempt{call: c, reservation: newReservation(), obs: obs, effectPossible: r.effectPossible, age: r.age,
 			lastEnded: time.Now().Add(r.lease)}
@@ -99,7 +99,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
 		}
 	}
-	return nil, &InProgressError{Key: k, RetryAfter: 100 * time.Millisecond}
+	return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(0)}
 }
 
 // reserve inserts a pending receipt for c under reservation res, or returns the one already there.
@@ -122,6 +122,15 @@ func (s *Store) reserve(ctx context.Context, c Call, res reservation, lease time
 // retryAfter is the next-retry delay of an InProgressError when the key is busy for wait more.
 func (s *Store) retryAfter(wait time.Duration) time.Duration {
 	return min(max(wait, 100*time.Millisecond), s.cfg.InProgressDelayMax)
+}
+
+// inProgressDelay is the next-retry delay of a duplicate that found another attempt holding the
+// key for wait more: retryAfter's, with full jitter. The duplicates of one intent (a workflow
+// that scheduled the same key many times, retries that raced) would otherwise all retry at the
+// same moment and meet the holder, or each other, together again. A settle wait is not
+// jittered (retryAfter alone): a retry before it ends would only be told to wait again.
+func (s *Store) inProgressDelay(wait time.Duration) time.Duration {
+	return fullJitter(s.retryAfter(wait))
 }
 
 // attempt is one execution that holds a receipt under its reservation.
@@ -174,7 +183,7 @@ func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool
 		select {
 		case <-ctx.Done():
 			return r, false
-		case <-time.After(delay):
+		case <-time.After(fullJitter(delay)): // duplicates that wait together read apart
 		}
 		next, err := s.read(ctx, k)
 		if err != nil {
@@ -195,6 +204,7 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: time.Now(), cancel: cancel}
+	lease.ends.Store(lease.lastExtend.Add(s.leaseFor(ctx, a.call)).UnixNano())
 	if items := itemLeasesFrom(ctx); items != nil {
 		defer items.hold(lease)() // an item of a ForEach batch: heartbeats extend its lease too
 	}
@@ -300,8 +310,11 @@ func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err
 		if encErr != nil {
 			return encErr
 		}
-		written, dbErr = s.completions.complete(wctx, &completion{key: k, reservation: a.reservation,
-			fingerprint: a.call.Fingerprint, outcome: out})
+		comp := &completion{key: k, reservation: a.reservation, fingerprint: a.call.Fingerprint, outcome: out}
+		if l := leaseFrom(ctx); l != nil {
+			comp.retryUntil = l.endsAt()
+		}
+		written, dbErr = s.completions.complete(wctx, comp)
 	}
 	if dbErr != nil {
 		// The outcome is not recorded; the lease still stands, so the next attempt takes over
@@ -348,8 +361,23 @@ func (s *Store) release(ctx context.Context, a *attempt, effectPossible bool, en
 
 // writeContext is the context of a bookkeeping write after the function ran: detached from the
 // activity's cancellation, bounded by the statement timeout (and a margin for the round trip).
+// Make it just before the write is sent, never before the function runs: its deadline counts
+// from when it is made, and a function slower than it would leave no time for the write.
 func (s *Store) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout+time.Second)
+	return s.statementContext(context.WithoutCancel(ctx))
+}
+
+// statementContext bounds one receipt statement sent under ctx, as writeContext does, without
+// detaching it from ctx's cancellation: for the statements before the function runs.
+func (s *Store) statementContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.StatementTimeout+time.Second)
+}
+
+// writeOn runs one bookkeeping write under a writeContext of its own.
+func (s *Store) writeOn(ctx context.Context, write func(context.Context) error) error {
+	wctx, cancel := s.writeContext(ctx)
+	defer cancel()
+	return write(wctx)
 }
 
 type recorded struct {

@@ -42,7 +42,11 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	begin.BeginTx(pgx.TxOptions{})
 	begin.Queue(s.sql.txSettings, s.lockTimeout, strconv.FormatInt(max(s.leaseFor(ctx, c).Milliseconds(), 1), 10))
 	begin.Queue(s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID)
-	results := conn.Conn().SendBatch(ctx, begin)
+	// The receipt's own statements are bounded from when they are sent; fn's statements are
+	// not (the lock timeout and the activity's deadline bound them).
+	bctx, cancelBegin := s.statementContext(ctx)
+	defer cancelBegin()
+	results := conn.Conn().SendBatch(bctx, begin)
 	tx := results.Tx()
 	_, beginErr := results.Exec()
 	if beginErr == nil {
@@ -62,19 +66,18 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		return nil, &StoreError{Op: "read", Key: k, Err: readErr}
 	}
 
-	// Bookkeeping after fn must not be cut short by the activity's own deadline: an interrupted
-	// COMMIT is an unknown outcome that only the next attempt can resolve.
-	wctx, cancel := s.writeContext(ctx)
-	defer cancel()
-
 	cctx, calling := s.startSpan(ctx, SpanCall, k)
 	p, err := fn(withRunning(keys.WithToken(cctx, k.Token()), s, c), tx)
 	calling.end(err)
 	if err == nil {
 		err = s.checkSize(k, p)
 	}
+	// Bookkeeping after fn must not be cut short by the activity's own deadline (an interrupted
+	// COMMIT is an unknown outcome that only the next attempt can resolve), and each step of it
+	// gets its own timeout from when it is sent (writeContext): a deadline made before fn ran
+	// would have passed by now for any fn slower than it, and COMMIT would never be sent.
 	if err != nil {
-		if rbErr := tx.Rollback(wctx); rbErr != nil {
+		if rbErr := s.writeOn(ctx, func(wctx context.Context) error { return tx.Rollback(wctx) }); rbErr != nil {
 			return nil, &StoreError{Op: "roll back", Key: k, Err: errors.Join(err, rbErr)}
 		}
 		if isLockTimeout(err) {
@@ -82,19 +85,23 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 			// most likely a duplicate of this intent, running or stalled with its transaction
 			// open. Nothing was written; the retry finds its receipt, or runs fn again.
 			obs.count(MetricInProgress)
-			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 		}
 		if !s.isFinal(ctx, err) {
 			return nil, err // nothing was written; the retry runs fn again
 		}
+		wctx, cancel := s.writeContext(ctx)
+		defer cancel()
 		return s.recordFailureTx(wctx, conn.Conn(), c, err, obs)
 	}
 
 	out, err := s.outcome(k, p, nil)
 	if err != nil {
-		_ = tx.Rollback(wctx)
+		_ = s.writeOn(ctx, func(wctx context.Context) error { return tx.Rollback(wctx) })
 		return nil, err
 	}
+	wctx, cancel := s.writeContext(ctx)
+	defer cancel()
 	// The transaction's lock timeout (txSettings) holds for the INSERT; wctx's deadline bounds it
 	// as a statement timeout would.
 	batch := &pgx.Batch{}
@@ -108,12 +115,14 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	// dropped here, and the connection goes back to the pool idle. If the INSERT failed, the
 	// server skipped the COMMIT and the transaction is still open and aborted: roll it back.
 	if conn.Conn().PgConn().TxStatus() != 'I' {
-		if _, err := conn.Conn().Exec(wctx, "ROLLBACK"); err != nil {
-			conn.Conn().Close(wctx) //nolint:errcheck // the connection is unusable either way
+		if err := s.writeOn(ctx, func(wctx context.Context) error { _, err := conn.Conn().Exec(wctx, "ROLLBACK"); return err }); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // the connection is unusable either way
 		}
 	}
 	if isUniqueViolation(insertErr) { // a duplicate won
-		r, err := s.readOn(wctx, conn.Conn(), k)
+		rctx, cancel := s.writeContext(ctx)
+		defer cancel()
+		r, err := s.readOn(rctx, conn.Conn(), k)
 		if err != nil {
 			return nil, &StoreError{Op: "read", Key: k, Err: err}
 		}
@@ -123,7 +132,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		// A duplicate's receipt is being committed (or its transaction stalled): its outcome
 		// is the answer, once it is there.
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(s.cfg.LockTimeout)}
+		return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 	}
 	if err := errors.Join(insertErr, commitErr, closeErr); err != nil {
 		// Possibly committed: the next attempt's read tells.
@@ -163,7 +172,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if r.state == StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(r.lease)}
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}
 	}
 	obs.count(MetricReplayed)
 	return s.replay(c.Key, r)
@@ -276,7 +285,7 @@ func (s *Store) answerDuplicateInTx(ctx context.Context, tx pgx.Tx, c Call, obs 
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		obs.count(MetricInProgress)
-		return nil, &InProgressError{Key: c.Key, RetryAfter: s.retryAfter(0)}
+		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(0)}
 	case err != nil:
 		return nil, &StoreError{Op: "read", Key: c.Key, Err: err}
 	}

@@ -30,7 +30,9 @@ import (
 // loses the asynchronous reservations not yet flushed, a lease ended by the database clock
 // (short of and past the downstream's settle time, as for an attempt paused past its lease),
 // heartbeats, a purge after the retention, the downstream forgetting a token after its key
-// memory, a request held by the downstream and applied later, reconcile errors of every kind.
+// memory, a request held by the downstream and applied later, reconcile errors of every kind,
+// and a receipt locked by another transaction past the lock timeout just as an attempt records
+// its outcome (held for any number of steps, until the explorer lets it go).
 //
 // The attempts run one statement at a time under a scheduler that the history's seed drives,
 // so a history is replayed exactly by its seed. After each history every attempt is drained,
@@ -45,7 +47,10 @@ import (
 //   - a mismatched request calls nothing;
 //   - an intent ends OutcomeUnknown only when nothing could have told (a downstream that does
 //     not deduplicate, or a token past its key memory, with no reconcile function);
-//   - no receipt is left unresolved without being counted by Unresolved, and Purge keeps them.
+//   - no receipt is left unresolved without being counted by Unresolved, and Purge keeps them;
+//   - an attempt gets a store error only when one of its statements failed: a completion that
+//     meets its receipt locked past the lock timeout keeps its result and writes it once the
+//     lock is gone (or learns that it was fenced out), it does not give up.
 //
 // With TEMPOTENT_TEST_PARTITIONED set (make test runs the package both ways), the receipts are
 // partitioned by day (Store.Partition) and the retention passes by moving receipts into a
@@ -119,6 +124,9 @@ const (
 	exploreAttempts  = 12
 	exploreSteps     = 90
 	exploreRetention = 7 * 24 * time.Hour
+	// exploreLockTimeout is short: a statement that meets a receipt the explorer holds locked
+	// (lockRow) gives up soon, and the explorer goes on.
+	exploreLockTimeout = 20 * time.Millisecond
 )
 
 // action is what the explorer tells an attempt parked at a point to do.
@@ -142,6 +150,8 @@ const (
 	reconcileNotSent   // the lookup could not connect
 	reconcileRefused   // the lookup is refused (a 401), as a non-retryable error
 	reconcileAmbiguous // the lookup's connection broke
+
+	lockRow // at a completion: another transaction locks the receipt first, and holds it
 )
 
 // point is where an attempt parks: a statement (by name), or "heartbeat", "call", "reconcile".
@@ -218,6 +228,8 @@ type explorer struct {
 	successes map[*explKey]map[int][]explResult
 	// partitioned: the receipts are partitioned by day (explorePartitions).
 	partitioned bool
+	// locks are the transactions that hold a key's receipt locked (lockRow) until unlockAll.
+	locks map[*explKey]pgx.Tx
 }
 
 func newExplorer(t *testing.T, pool *pgxpool.Pool, schema string, seed uint64) *explorer {
@@ -229,6 +241,7 @@ func newExplorer(t *testing.T, pool *pgxpool.Pool, schema string, seed uint64) *
 		parked:    map[*explAttempt]event{},
 		losable:   map[reservation]bool{},
 		successes: map[*explKey]map[int][]explResult{},
+		locks:     map[*explKey]pgx.Tx{},
 	}
 }
 
@@ -301,6 +314,9 @@ func (x *explorer) history() (err error) {
 // step takes one seeded choice: resume a parked attempt (with or without a fault), start an
 // attempt, or inject a fault of the world.
 func (x *explorer) step() error {
+	if len(x.locks) > 0 && x.rng.IntN(4) == 0 {
+		return x.unlockAll()
+	}
 	parked := x.parkedAttempts()
 	k := x.keys[x.rng.IntN(len(x.keys))]
 	switch r := x.rng.IntN(100); {
@@ -597,6 +613,10 @@ func (x *explorer) chooseAction(e event) action {
 			return backendGone
 		}
 		return proceed
+	case "completeSkipLocked", "complete":
+		if r < 15 {
+			return lockRow
+		}
 	}
 	switch {
 	case r < 12:
@@ -611,7 +631,7 @@ func (x *explorer) chooseAction(e event) action {
 // It returns once the attempt has parked or finished.
 func (x *explorer) start(k *explKey, payload int) error {
 	a := &explAttempt{id: len(x.attempt), k: k, payload: payload, events: x.events}
-	s, err := NewStore(x.pool, &Config{Schema: x.schema, InProgressWait: -1, StatementTimeout: time.Minute})
+	s, err := NewStore(x.pool, &Config{Schema: x.schema, InProgressWait: -1, StatementTimeout: time.Minute, LockTimeout: exploreLockTimeout})
 	if err != nil {
 		return err
 	}
@@ -699,6 +719,11 @@ func (x *explorer) resume(a *explAttempt, act action) error {
 	}
 	delete(x.parked, a)
 	x.logf("attempt %d at %s: %s", a.id, e.point, actionName(act))
+	if act == lockRow {
+		if err := x.lock(a.k); err != nil {
+			return err
+		}
+	}
 	e.resume <- act
 	if err := x.await(a); err != nil {
 		return err
@@ -752,7 +777,7 @@ func (x *explorer) finished(a *explAttempt) error {
 // drain lets every parked attempt run to its end, without faults, and returns the first
 // violation it saw on the way.
 func (x *explorer) drain() error {
-	var first error
+	first := x.unlockAll() // a completion waiting for a lock would wait out its lease
 	for {
 		parked := x.parkedAttempts()
 		if len(parked) == 0 {
@@ -891,6 +916,9 @@ func (x *explorer) checkFinal() error {
 // paused past its lease: just ended, or longer ago than the settle time. Requests the
 // downstream holds land before the settle time has passed: that is what a settle time means.
 func (x *explorer) endLease(k *explKey, pastSettle bool) error {
+	if err := x.unlockAll(); err != nil { // the explorer's own writes must not wait for its locks
+		return err
+	}
 	x.timePasses()
 	ago := time.Second
 	if pastSettle {
@@ -917,6 +945,9 @@ func (x *explorer) endLease(k *explKey, pastSettle bool) error {
 
 // crash loses every asynchronous reservation not flushed yet, as a Postgres crash would.
 func (x *explorer) crash() error {
+	if err := x.unlockAll(); err != nil { // a crash ends every transaction
+		return err
+	}
 	for r := range x.losable {
 		tag, err := x.pool.Exec(context.Background(), "DELETE FROM "+x.table()+" WHERE reservation = $1 AND fence = 1 AND state = 'pending'", r.uuid())
 		if err != nil {
@@ -947,6 +978,9 @@ func (x *explorer) purge(k *explKey) error {
 	ctx := context.Background()
 	if x.underWay(k) || !x.purgeQuiet() {
 		return nil
+	}
+	if err := x.unlockAll(); err != nil {
+		return err
 	}
 	var exists bool
 	if err := x.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+x.table()+" WHERE id = $1)", k.key.ID).Scan(&exists); err != nil || !exists {
@@ -1049,6 +1083,9 @@ func (x *explorer) relocate(k *explKey) error {
 	ctx := context.Background()
 	if !x.purgeQuiet() {
 		return nil
+	}
+	if err := x.unlockAll(); err != nil {
+		return err
 	}
 	const where = "(namespace, tenant, operation, id) = ($1, $2, $3, $4)"
 	args := []any{k.key.Namespace, k.key.Tenant, k.key.Operation, k.key.ID}
@@ -1166,6 +1203,9 @@ func (x *explorer) forget(k *explKey) error {
 			return nil
 		}
 	}
+	if err := x.unlockAll(); err != nil {
+		return err
+	}
 	x.timePasses()
 	tag, err := x.pool.Exec(context.Background(), "UPDATE "+x.table()+" SET created_at = now() - interval '25 hours' WHERE id = $1", k.key.ID)
 	if err != nil || tag.RowsAffected() == 0 {
@@ -1175,6 +1215,38 @@ func (x *explorer) forget(k *explKey) error {
 	x.down.forget(k.key.Token())
 	x.logf("fault: the downstream forgot %s's token", k.key.ID)
 	return nil
+}
+
+// lock has another transaction lock k's receipt row, and hold it until unlockAll: a completion
+// that meets it waits out the lock timeout, again and again.
+func (x *explorer) lock(k *explKey) error {
+	if _, ok := x.locks[k]; ok {
+		return nil
+	}
+	ctx := context.Background()
+	tx, err := x.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, "SELECT FROM "+x.table()+" WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) FOR UPDATE",
+		k.key.Namespace, k.key.Tenant, k.key.Operation, k.key.ID)
+	if err != nil || tag.RowsAffected() == 0 {
+		return errors.Join(err, tx.Rollback(ctx))
+	}
+	x.locks[k] = tx
+	x.logf("fault: another transaction locks %s's receipt", k.key.ID)
+	return nil
+}
+
+// unlockAll ends the transactions that lock receipts.
+func (x *explorer) unlockAll() error {
+	var err error
+	for k, tx := range x.locks {
+		err = errors.Join(err, tx.Rollback(context.Background()))
+		delete(x.locks, k)
+		x.logf("another transaction lets %s's receipt go", k.key.ID)
+	}
+	return err
 }
 
 // land applies the requests the downstream holds for k.
@@ -1222,6 +1294,11 @@ func (b *steppedBatcher) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.Ba
 	}
 	switch act {
 	case backendGone, replyLost:
+		b.a.storeFault = true
+	}
+	if _, locked := b.x.locks[b.a.k]; locked && name != "complete" && name != "completeSkipLocked" {
+		// A lock wait past the lock timeout fails a release, heartbeat or takeover with a
+		// store error. A completion must not fail so: it writes again until the lock is gone.
 		b.a.storeFault = true
 	}
 	switch act {
@@ -1411,7 +1488,7 @@ func (d *explDownstream) forget(tok keys.Token) { delete(d.memory, tok); delete(
 func actionName(a action) string {
 	names := []string{"proceed", "reply lost", "backend terminated", "heartbeat", "no heartbeat", "call ok", "call: answer lost",
 		"call: not sent", "call: held by the downstream", "call: declined", "reconcile ok", "reconcile: not sent",
-		"reconcile: refused", "reconcile: connection reset"}
+		"reconcile: refused", "reconcile: connection reset", "another transaction locks the receipt"}
 	if int(a) < len(names) {
 		return names[a]
 	}

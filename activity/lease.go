@@ -3,6 +3,7 @@ package activity
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tempotent/tempotent/keys"
@@ -23,7 +24,13 @@ type leaseHolder struct {
 
 	mu         sync.Mutex
 	lastExtend time.Time
+	// ends is when the lease ends as this process reckons it (Unix nanoseconds, counted from
+	// before the statement that set it): a locked completion retries until then (completeOne).
+	ends atomic.Int64
 }
+
+// endsAt is when the attempt's lease ends, as this process reckons it.
+func (l *leaseHolder) endsAt() time.Time { return time.Unix(0, l.ends.Load()) }
 
 func withLease(ctx context.Context, l *leaseHolder) context.Context {
 	return context.WithValue(ctx, leaseKey{}, l)
@@ -57,10 +64,14 @@ func (l *leaseHolder) extend(ctx context.Context, lease time.Duration) error {
 	wctx, cancel := l.store.writeContext(ctx)
 	defer cancel()
 	k := l.key
+	sent := time.Now()
 	tag, err := l.store.exec(wctx, l.store.sql.extend, k.Namespace, k.Tenant, k.Operation, k.ID, l.reservation.uuid(), lease.Microseconds())
 	if err == nil && tag.RowsAffected() == 0 {
 		err = &FencedOutError{Key: k}
 		l.cancel(err)
+	}
+	if err == nil {
+		l.ends.Store(sent.Add(lease).UnixNano())
 	}
 	return err
 }

@@ -360,12 +360,14 @@ func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Re
 		if err := s.checkSize(current.Key, p); err != nil {
 			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)
 		}
-		stored, err := proto.Marshal(p)
+		// Stored as every result is (outcome): sealed with Config.Codecs, so that an
+		// operator's result is not the one kept in cleartext at rest.
+		out, err := s.outcome(current.Key, p, nil)
 		if err != nil {
-			return Receipt{}, fmt.Errorf("resolve %s: encode the result: %w", token, err)
+			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)
 		}
 		stmt = s.sql.resolveApplied
-		args = append(args, stored, s.cfg.Retention.Microseconds())
+		args = append(args, out.result, s.cfg.Retention.Microseconds())
 	} else {
 		stmt = s.sql.resolveNotApplied
 	}

@@ -88,10 +88,10 @@ func TestKeyedPlansMadeOnAFreshTable(t *testing.T) {
 		})
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO `+s.table()+` (namespace, tenant, operation, id, token, fingerprint,
-		fingerprint_version, state, reservation, lease_expires_at, expires_at)
-	SELECT 'reserve', '', 'Charge', 'later-' || g, 'token-' || g, '\x00', 1, 'completed', gen_random_uuid(),
+		fingerprint_version, state, result, reservation, lease_expires_at, expires_at)
+	SELECT 'reserve', '', 'Charge', 'later-' || g, 'token-' || g, '\x00', 1, 'completed', $1::bytea, gen_random_uuid(),
 		NULL, now() + interval '7 days'
-	FROM generate_series(1, 2000) AS g`)
+	FROM generate_series(1, 2000) AS g`, voidResult)
 	require.NoError(t, err)
 	for i, st := range statements {
 		under(t, s, conn, st.settings, func() {

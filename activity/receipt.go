@@ -17,6 +17,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
@@ -101,7 +102,7 @@ func (o *outcome) size() int {
 // would send, so that a replay returns its type, message, details and cause.
 func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, error) {
 	if err == nil {
-		var result []byte
+		result := voidResult
 		if p != nil {
 			sealed, err := s.seal(p)
 			if err == nil {
@@ -121,6 +122,30 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 	t := textOf(f.GetApplicationFailureInfo().GetType())
 	m := textOf(f.GetMessage())
 	return outcome{state: StateFailed, failure: failure, errType: &t, errMsg: &m}, nil
+}
+
+// voidResult is what a completed receipt stores for a void result (a nil payload: a nil
+// interface returned, or a reconciled effect with no result): a Temporal Payload of the nil
+// encoding and no data, protobuf-encoded, and not sealed (it holds nothing to hide). The schema
+// refuses a completed receipt with no result (migration 006, which gave this value to the void
+// results stored before it as NULL), so that a write that forgets the result fails instead of
+// leaving a receipt that replays nothing. open turns it back into no payload, so a void result
+// replays as it was returned: as none. Its bytes are in 006_completed_result.up.sql
+// (TestVoidResultIsTheMigrationsValue).
+var voidResult = mustMarshal(&commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(converter.MetadataEncodingNil)}})
+
+func mustMarshal(p *commonpb.Payload) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// isVoid reports whether a stored payload is voidResult.
+func isVoid(p *commonpb.Payload) bool {
+	return len(p.GetData()) == 0 && len(p.GetMetadata()) == 1 &&
+		string(p.GetMetadata()[converter.MetadataEncoding]) == converter.MetadataEncodingNil
 }
 
 // failureOf returns the Temporal failure recorded for a final error, marked non-retryable: the

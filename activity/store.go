@@ -212,8 +212,12 @@ func (s *Store) seal(p *commonpb.Payload) (*commonpb.Payload, error) {
 }
 
 // open reverses seal on a stored result, so that what the receipt returns is the DataConverter's
-// payload, which the SDK encodes with the client's codecs once.
+// payload, which the SDK encodes with the client's codecs once. A void result (voidResult) opens
+// as no payload, as it was returned.
 func (s *Store) open(p *commonpb.Payload) (*commonpb.Payload, error) {
+	if isVoid(p) {
+		return nil, nil
+	}
 	ps := []*commonpb.Payload{p}
 	for _, c := range s.cfg.Codecs {
 		var err error

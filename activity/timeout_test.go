@@ -95,13 +95,15 @@ func TestLockedReceiptDoesNotStallOtherCompletions(t *testing.T) {
 	require.Equal(t, activity.StateCompleted, state)
 }
 
-// A completion whose receipt stays locked gives up after the lock timeout with a retryable
-// StoreError: the lease stands, and the next attempt finds out.
+// A completion whose receipt stays locked writes again after each lock timeout until its lease
+// ends (TestLockedCompletionKeepsItsResult), then gives up with a retryable StoreError: the
+// lease is over, and the next attempt finds out.
 func TestLockTimeoutBoundsACompletion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, schema := setup(t, &activity.Config{LockTimeout: 50 * time.Millisecond})
 	c := call(t, "locked", map[string]int{"amount": 1})
+	c.Lease = 300 * time.Millisecond
 	resume, done := pausedAttempt(ctx, s, c, 1, nil)
 	lockReceipt(t, schema, c.Key)
 	resume()
@@ -110,7 +112,7 @@ func TestLockTimeoutBoundsACompletion(t *testing.T) {
 		require.ErrorIs(t, res.err, activity.ErrStore)
 		require.ErrorContains(t, res.err, "lock timeout")
 	case <-time.After(liveness):
-		t.Fatal("the completion waited for the lock beyond the lock timeout")
+		t.Fatal("the completion waited for the lock beyond its lease")
 	}
 }
 
