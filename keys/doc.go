@@ -20,7 +20,11 @@
 //     workflow is one intent;
 //   - WithRunScope(ctx): keyed by this run alone, as Temporal's documentation advises;
 //   - StepKey(ctx, "charge"): decide the key now and hold it (sagas register compensations under
-//     it); WithCompensation keys a compensation from its forward step.
+//     it); WithCompensation keys a compensation from its forward step. The context either returns
+//     keys exactly one activity, the first scheduled with it: a step, ID or run scope named on it
+//     later gets its own key, and a second activity scheduled with it as it is fails with
+//     ErrPinnedContext, so that shadowing ctx never keys a later activity under the first one's
+//     key.
 //
 // The ID's scope is spelled in it, and no two scopes share an ID:
 //

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"context"
+	"fmt"
 
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -70,6 +71,39 @@ func (w *workflowOutbound) ExecuteLocalActivity(ctx workflow.Context, activityTy
 		return failedFuture(ctx, err)
 	}
 	return w.Next.ExecuteLocalActivity(ctx, activityType, args...)
+}
+
+// ExecuteChildWorkflow refuses a child workflow started with a context whose pinned key (StepKey,
+// WithCompensation) no activity took yet: the caller holds a key that names no effect, since the
+// child keys its own activities. Any other context passes through: keys name activities, and a
+// child workflow ignores them.
+func (w *workflowOutbound) ExecuteChildWorkflow(ctx workflow.Context, childWorkflowType string, args ...any) workflow.ChildWorkflowFuture {
+	if p, _ := ctx.Value(pinnedKey{}).(*pin); p != nil && p.usedBy == "" {
+		err := fmt.Errorf("%w: child workflow %s was started with the context that %s returned before any activity took its key (%s %s): a child workflow keys its own activities, never under its parent's key; start it with the context you passed to %s, and schedule the activity that the key is for with the returned one",
+			ErrPinnedContext, childWorkflowType, p.by, p.in.Operation, p.in.ID, p.by)
+		return newFailedChild(failedFuture(ctx, err))
+	}
+	return w.Next.ExecuteChildWorkflow(ctx, childWorkflowType, args...)
+}
+
+// failedChild is a child workflow that was never started: every future fails with its error.
+// It embeds the interface so that it keeps compiling when the SDK adds methods; it overrides
+// every method the SDK has now.
+type failedChild struct {
+	workflow.ChildWorkflowFuture
+	err workflow.Future
+}
+
+func newFailedChild(f workflow.Future) failedChild { return failedChild{err: f} }
+
+func (c failedChild) Get(ctx workflow.Context, v any) error      { return c.err.Get(ctx, v) }
+func (c failedChild) IsReady() bool                              { return c.err.IsReady() }
+func (c failedChild) GetChildWorkflowExecution() workflow.Future { return c.err }
+func (c failedChild) SignalChildWorkflow(workflow.Context, string, any) workflow.Future {
+	return c.err
+}
+func (c failedChild) SignalChildWorkflowWithOptions(workflow.Context, string, any, workflow.SignalChildWorkflowOptions) workflow.Future {
+	return c.err
 }
 
 func (w *workflowOutbound) NewContinueAsNewError(ctx workflow.Context, wfn any, args ...any) error {
