@@ -2,8 +2,11 @@ package keys
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"reflect"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -35,15 +38,30 @@ import (
 //     slot's business date) or WithRunScope.
 //
 // A run that Continue-As-New started without the header (its predecessor ran on a worker without
-// this interceptor) would share the first run's epoch; it is refused too.
+// this interceptor) would share the first run's epoch; it is refused too, and so is every retry
+// of it. A retry copies the header (none) and the FirstRunID, and its ContinuedExecutionRunID
+// names the attempt it retries, as a retry of the first run's does: nothing the server gives it
+// tells the two apart. The one thing a run hands its retry is its failure, which the retry reads
+// as workflow.GetLastError: the interceptor marks the failure of a refused run (refusedMark in its
+// details), and a retry whose last error carries the mark is refused. A refused run that fails
+// without passing its error through the interceptor — it times out (WorkflowRunTimeout), or a
+// panic fails it — hands on no mark, and its retry falls back to the FirstRunID: install the
+// interceptor on every workflow worker.
+
+// refusedMark is the detail that marks the failure of a run refused its epoch.
+const refusedMark = "tempotent: this run was refused its workflow-scope keys, and so is its retry"
 
 // epochState is a run's epoch, or why it has none.
 type epochState struct {
 	epoch   string
 	refusal string
+	// mark says that the run's failure must carry refusedMark, for its retries.
+	mark bool
 }
 
-func epochOf(info *workflow.Info, header string) epochState {
+// epochOf decides the epoch of the run that info describes, from the epoch header of its start
+// and the failure of the attempt it retries (workflow.GetLastError).
+func epochOf(info *workflow.Info, header string, lastErr error) epochState {
 	switch {
 	case info.CronSchedule != "" && info.Attempt > 1:
 		return epochState{refusal: "this run retries a cron run, and Temporal gives a retried cron run no way to name the run it retries, so the workflow scope cannot key it as that run's retry; key the step with keys.WithID or keys.WithRunScope"}
@@ -52,10 +70,55 @@ func epochOf(info *workflow.Info, header string) epochState {
 	case header != "":
 		return epochState{epoch: header}
 	case info.ContinuedExecutionRunID != "" && info.Attempt <= 1:
-		return epochState{refusal: fmt.Sprintf("this run continued as new from run %s without tempotent's epoch header (that run's worker lacked the interceptor), so its keys cannot be told from the first run's; install the interceptor on every workflow worker", info.ContinuedExecutionRunID)}
+		return epochState{mark: true, refusal: fmt.Sprintf("this run continued as new from run %s without tempotent's epoch header (that run's worker lacked the interceptor), so its keys cannot be told from the first run's; install the interceptor on every workflow worker", info.ContinuedExecutionRunID)}
+	case info.ContinuedExecutionRunID != "" && markedRefused(lastErr):
+		return epochState{mark: true, refusal: fmt.Sprintf("this run retries run %s, which continued as new without tempotent's epoch header (its predecessor's worker lacked the interceptor) and was refused its keys, so its keys cannot be told from the first run's; install the interceptor on every workflow worker", info.ContinuedExecutionRunID)}
 	}
 	// Servers always set FirstRunID and OriginalRunID; Temporal's test environment sets neither.
 	return epochState{epoch: cmp.Or(info.FirstRunID, info.OriginalRunID, info.WorkflowExecution.RunID)}
+}
+
+// markRefused returns the error that a refused run fails with, marked for its retries (see
+// epochOf). The mark changes neither what the server retries nor how: the marked error keeps
+// the type, retryability, retry delay and message of err, which it wraps. Only the details of an
+// *temporal.ApplicationError that err was are replaced, by the mark: read them from its cause.
+// Errors whose kind decides the retry (timeout, cancellation, termination, panic) and
+// Continue-As-New pass unmarked.
+func markRefused(err error) error {
+	if err == nil || workflow.IsContinueAsNewError(err) {
+		return err
+	}
+	opts := temporal.ApplicationErrorOptions{Cause: err, Details: []any{refusedMark}}
+	msg, typ := err.Error(), errType(err)
+	switch e := err.(type) {
+	case *temporal.ApplicationError:
+		msg, typ = e.Message(), e.Type()
+		opts.NonRetryable, opts.NextRetryDelay, opts.Category = e.NonRetryable(), e.NextRetryDelay(), e.Category()
+	case *temporal.TimeoutError, *temporal.CanceledError, *temporal.TerminatedError, *temporal.PanicError:
+		return err
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, typ, opts)
+}
+
+// markedRefused reports whether err, the failure of the attempt that this run retries, carries
+// refusedMark.
+func markedRefused(err error) bool {
+	e, ok := err.(*temporal.ApplicationError)
+	var mark string
+	return ok && e.HasDetails() && e.Details(&mark) == nil && mark == refusedMark
+}
+
+// errType is the type the SDK gives a Go error that is not an *temporal.ApplicationError when it
+// fails a workflow with it: its type's name, or "" for errors.New's.
+func errType(err error) string {
+	t := reflect.TypeOf(err)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeOf(errors.New("")).Elem() {
+		return ""
+	}
+	return t.Name()
 }
 
 // nextEpoch is the epoch of the run that the running one continues as new into.

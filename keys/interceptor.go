@@ -41,8 +41,12 @@ func (w *workflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor)
 }
 
 func (w *workflowInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	w.run.epoch = epochOf(workflow.GetInfo(ctx), readString(interceptor.WorkflowHeader(ctx), headerEpoch))
-	return w.Next.ExecuteWorkflow(workflow.WithValue(ctx, runKey{}, &w.run), in)
+	w.run.epoch = epochOf(workflow.GetInfo(ctx), readString(interceptor.WorkflowHeader(ctx), headerEpoch), workflow.GetLastError(ctx))
+	result, err := w.Next.ExecuteWorkflow(workflow.WithValue(ctx, runKey{}, &w.run), in)
+	if w.run.epoch.mark {
+		err = markRefused(err)
+	}
+	return result, err
 }
 
 func (w *workflowInbound) ExecuteUpdate(ctx workflow.Context, in *interceptor.UpdateInput) (any, error) {

@@ -1,0 +1,149 @@
+package keys_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotent/tempotent/keys"
+)
+
+// devServer starts the Temporal dev server that make test installs into bin/, for the behaviour
+// that only a server has: workflow retries, Continue-As-New between workers, resets.
+func devServer(t *testing.T) client.Client {
+	t.Helper()
+	cli, err := filepath.Abs("../bin/temporal")
+	require.NoError(t, err)
+	if _, err := os.Stat(cli); err != nil {
+		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
+	}
+	logger := tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: cli, LogLevel: "error",
+		ClientOptions: &client.Options{Logger: logger}})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+	return srv.Client()
+}
+
+// keyLog records, per workflow ID, what each run of the Key activity got: its key's ID, or why it
+// had none.
+type keyLog struct {
+	mu   sync.Mutex
+	runs map[string][]string
+}
+
+func (l *keyLog) activity(ctx context.Context) (string, error) {
+	k, err := keys.FromActivity(ctx)
+	got := k.ID
+	if err != nil {
+		got = "refused: " + err.Error()
+	}
+	info := activity.GetInfo(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs[info.WorkflowExecution.ID] = append(l.runs[info.WorkflowExecution.ID], got)
+	return got, err
+}
+
+func (l *keyLog) of(workflowID string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.runs[workflowID]...)
+}
+
+// chainWorkflow keys one charge per run, then:
+//   - stage 0 continues as new on the "plain" queue, whose worker lacks the interceptor;
+//   - stage 1 (that worker) continues as new back to the "keyed" queue, without the epoch header;
+//   - stage 2 fails its first two attempts, so that Temporal retries it.
+//
+// With mode "retry", stage 0 itself fails its first two attempts and finishes: the plain chain of
+// a workflow retry.
+func chainWorkflow(ctx workflow.Context, mode string, stage int) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
+	info := workflow.GetInfo(ctx)
+	var got string
+	if stage != 1 {
+		err := workflow.ExecuteActivity(keys.WithStep(ctx, "charge"), keyActivity).Get(ctx, &got)
+		if err != nil {
+			got = err.Error()
+		}
+	}
+	switch {
+	case mode == "retry" && info.Attempt < 3:
+		return "", errors.New("this run fails after charging, so that Temporal retries the workflow")
+	case mode == "retry":
+		return got, nil
+	case stage == 0:
+		return "", workflow.NewContinueAsNewError(workflow.WithWorkflowTaskQueue(ctx, "plain"), "chain", mode, 1)
+	case stage == 1:
+		return "", workflow.NewContinueAsNewError(workflow.WithWorkflowTaskQueue(ctx, "keyed"), "chain", mode, 2)
+	case info.Attempt < 3:
+		return "", fmt.Errorf("attempt %d fails, so that Temporal retries the workflow: %s", info.Attempt, got)
+	}
+	return got, nil
+}
+
+// TestRetryOfARefusedContinueAsNewIsRefused: a run continued as new without the epoch header
+// (its predecessor's worker lacked the interceptor) cannot tell its keys from the first run's, so
+// it is refused them; so is every retry of it. A retry that fell back to the chain's FirstRunID
+// would replay the first run's receipts: a charge that never happens.
+func TestRetryOfARefusedContinueAsNewIsRefused(t *testing.T) {
+	t.Parallel()
+	c := devServer(t)
+	log := &keyLog{runs: map[string][]string{}}
+	retry := &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 1, MaximumAttempts: 5}
+	for queue, ic := range map[string][]interceptor.WorkerInterceptor{
+		"keyed": {keys.NewInterceptor()},
+		"plain": nil,
+	} {
+		w := worker.New(c, queue, worker.Options{Interceptors: ic})
+		w.RegisterWorkflowWithOptions(chainWorkflow, workflow.RegisterOptions{Name: "chain"})
+		w.RegisterActivityWithOptions(log.activity, activity.RegisterOptions{Name: keyActivity})
+		require.NoError(t, w.Start())
+		t.Cleanup(w.Stop)
+	}
+	ctx := context.Background()
+	run := func(t *testing.T, id, mode string) string {
+		t.Helper()
+		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "keyed", RetryPolicy: retry}, "chain", mode, 0)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, r.Get(ctx, &got))
+		return got
+	}
+
+	t.Run("ContinuedWithoutHeader", func(t *testing.T) {
+		t.Parallel()
+		run(t, "continued", "continue")
+		got := log.of("continued")
+		require.Len(t, got, 4, "stage 0 once, then stage 2's three attempts: %q", got)
+		require.Regexp(t, `^wf:continued/[^/]+/charge#1$`, got[0])
+		for i, g := range got[1:] {
+			require.Regexp(t, `^refused: .*continued as new .*without tempotent's epoch header`, g,
+				"attempt %d of the run continued without the header was keyed (the first run's key is %s)", i+1, got[0])
+		}
+	})
+
+	t.Run("PlainRetryKeepsTheFirstRunsKey", func(t *testing.T) {
+		t.Parallel()
+		got := run(t, "retried", "retry")
+		require.Equal(t, []string{got, got, got}, log.of("retried"), "a workflow retry must replay the first run's key")
+	})
+}
