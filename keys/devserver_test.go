@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,31 +12,13 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/keys"
 )
-
-// devServer starts the Temporal dev server that make test installs into bin/, for the behaviour
-// that only a server has: workflow retries, Continue-As-New between workers, resets.
-func devServer(t *testing.T) client.Client {
-	t.Helper()
-	cli, err := filepath.Abs("../bin/temporal")
-	require.NoError(t, err)
-	if _, err := os.Stat(cli); err != nil {
-		t.Fatalf("the Temporal CLI is not at %s: run `make bin/temporal` (make test does)", cli)
-	}
-	logger := tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: cli, LogLevel: "error",
-		ClientOptions: &client.Options{Logger: logger}})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
-	return srv.Client()
-}
 
 // keyLog records, per workflow ID, what each run of the Key activity got: its key's ID, or why it
 // had none.
@@ -106,7 +85,7 @@ func chainWorkflow(ctx workflow.Context, mode string, stage int) (string, error)
 // would replay the first run's receipts: a charge that never happens.
 func TestRetryOfARefusedContinueAsNewIsRefused(t *testing.T) {
 	t.Parallel()
-	c := devServer(t)
+	c := devserver.ForTest(t, "../bin/temporal", client.Options{})
 	log := &keyLog{runs: map[string][]string{}}
 	retry := &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 1, MaximumAttempts: 5}
 	for queue, ic := range map[string][]interceptor.WorkerInterceptor{
