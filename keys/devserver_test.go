@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -124,5 +126,83 @@ func TestRetryOfARefusedContinueAsNewIsRefused(t *testing.T) {
 		t.Parallel()
 		got := run(t, "retried", "retry")
 		require.Equal(t, []string{got, got, got}, log.of("retried"), "a workflow retry must replay the first run's key")
+	})
+}
+
+// parentWorkflow starts a child workflow that charges, under a workflow ID of its own derived
+// from the parent's, then fails its first attempt (mode "retry") or waits for the signal
+// "finish" (mode "reset"), so that the parent runs again and starts the child again.
+func parentWorkflow(ctx workflow.Context, mode string) (string, error) {
+	info := workflow.GetInfo(ctx)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: info.WorkflowExecution.ID + "/ship"})
+	var got string
+	if err := workflow.ExecuteChildWorkflow(keys.WithStep(cctx, "ship"), "charging-child").Get(ctx, &got); err != nil {
+		return "", err
+	}
+	switch {
+	case mode == "retry" && info.Attempt < 2:
+		return "", errors.New("this run fails after its child charged, so that Temporal retries the workflow")
+	case mode == "reset":
+		workflow.GetSignalChannel(ctx, "finish").Receive(ctx, nil)
+	}
+	return got, nil
+}
+
+func chargingChild(ctx workflow.Context) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	var got string
+	err := workflow.ExecuteActivity(keys.WithStep(ctx, "charge"), keyActivity).Get(ctx, &got)
+	return got, err
+}
+
+// TestParentRunAgainDoesNotChargeTwiceThroughAChild: a parent's retry or reset starts its child
+// again; the child's workflow-scope keys come from the parent's identity (the epoch the parent
+// writes on the child's start), so the child's charge replays instead of charging again. Keyed
+// by the child's own first run, it got a new epoch and charged twice.
+func TestParentRunAgainDoesNotChargeTwiceThroughAChild(t *testing.T) {
+	t.Parallel()
+	c := devserver.ForTest(t, "../bin/temporal", client.Options{})
+	log := &keyLog{runs: map[string][]string{}}
+	w := worker.New(c, "parents", worker.Options{Interceptors: []interceptor.WorkerInterceptor{keys.NewInterceptor()}})
+	w.RegisterWorkflowWithOptions(parentWorkflow, workflow.RegisterOptions{Name: "parent"})
+	w.RegisterWorkflowWithOptions(chargingChild, workflow.RegisterOptions{Name: "charging-child"})
+	w.RegisterActivityWithOptions(log.activity, activity.RegisterOptions{Name: keyActivity})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	ctx := context.Background()
+
+	t.Run("Retry", func(t *testing.T) {
+		t.Parallel()
+		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "retried", TaskQueue: "parents",
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumAttempts: 3}}, "parent", "retry")
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, r.Get(ctx, &got))
+		require.Equal(t, []string{got, got}, log.of("retried/ship"), "the retried parent's child charged under another key")
+	})
+
+	t.Run("Reset", func(t *testing.T) {
+		t.Parallel()
+		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "reset", TaskQueue: "parents"}, "parent", "reset")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(log.of("reset/ship")) == 1 }, 30*time.Second, 50*time.Millisecond)
+		// Let the parent see its child complete, so that the reset starts the child again.
+		require.Eventually(t, func() bool {
+			d, err := c.DescribeWorkflow(ctx, "reset", r.GetRunID())
+			return err == nil && len(d.RawResponse.GetPendingChildren()) == 0
+		}, 30*time.Second, 50*time.Millisecond)
+		reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+			Namespace:                 "default",
+			WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: "reset", RunId: r.GetRunID()},
+			Reason:                    "test: start the child again",
+			WorkflowTaskFinishEventId: 4, // the first workflow task's completion: the child is started again
+			RequestId:                 "reset-1",
+		})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(log.of("reset/ship")) == 2 }, 30*time.Second, 50*time.Millisecond)
+		require.NoError(t, c.SignalWorkflow(ctx, "reset", reset.GetRunId(), "finish", nil))
+		var got string
+		require.NoError(t, c.GetWorkflow(ctx, "reset", reset.GetRunId()).Get(ctx, &got))
+		require.Equal(t, []string{got, got}, log.of("reset/ship"), "the reset parent's child charged under another key")
 	})
 }

@@ -23,12 +23,22 @@ import (
 //	workflow retry     n+1      same            new            copied from the retried run
 //	Continue-As-New    1        same            new            written by the CAN command
 //	cron run           1        same            new            copied from the previous run
+//	child's first run  1        its run ID      its run ID     written by the parent's start
 //
 // So:
 //   - a run that Continue-As-New started carries its epoch in headerEpoch, which this package's
 //     interceptor writes on the Continue-As-New command: "can:" and the continuing run's
 //     OriginalRunID (one Continue-As-New per run; stable under Reset). Its retries and Resets
 //     copy the header, and so the epoch;
+//   - a child workflow's first run carries in headerEpoch the epoch its parent's interceptor
+//     wrote on the start: "child:", the child's step (WithStep on the start's context, else its
+//     workflow type) and the ID in the parent that an activity so named would get there
+//     (workflow, run or update scope, or WithID's), its occurrences counted apart from the
+//     activities'. The parent's Resets and retries start the child again with the same epoch, so
+//     a child started again under the same workflow ID replays its effects; its own retries and
+//     Resets copy the header. A parent that has no epoch to give (no interceptor, a refused
+//     epoch) writes none, and the child keys by its own FirstRunID: new keys when the parent
+//     starts it again;
 //   - any other run of a workflow without a cron schedule has the chain's FirstRunID as its epoch:
 //     the first run's ID, kept by Reset and by retries;
 //   - a cron run's epoch is its own OriginalRunID (kept by Reset). A retry of a cron run copies

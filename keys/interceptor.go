@@ -77,15 +77,27 @@ func (w *workflowOutbound) ExecuteLocalActivity(ctx workflow.Context, activityTy
 	return w.Next.ExecuteLocalActivity(ctx, activityType, args...)
 }
 
-// ExecuteChildWorkflow refuses a child workflow started with a context whose pinned key (StepKey,
+// ExecuteChildWorkflow gives the child its epoch: the identity in this workflow that an activity
+// named as the child is (WithStep, WithID, WithRunScope, the update handler, else the child's
+// workflow type) would have, written in the child's start header. So the child's workflow-scope
+// keys survive what the parent's survive: a parent's reset or retry that starts the child again
+// (under the same workflow ID) replays its effects instead of repeating them.
+//
+// It refuses a child workflow started with a context whose pinned key (StepKey,
 // WithCompensation) no activity took yet: the caller holds a key that names no effect, since the
-// child keys its own activities. Any other context passes through: keys name activities, and a
-// child workflow ignores them.
+// child keys its own activities.
 func (w *workflowOutbound) ExecuteChildWorkflow(ctx workflow.Context, childWorkflowType string, args ...any) workflow.ChildWorkflowFuture {
 	if p, _ := ctx.Value(pinnedKey{}).(*pin); p != nil && p.usedBy == "" {
 		err := fmt.Errorf("%w: child workflow %s was started with the context that %s returned before any activity took its key (%s %s): a child workflow keys its own activities, never under its parent's key; start it with the context you passed to %s, and schedule the activity that the key is for with the returned one",
 			ErrPinnedContext, childWorkflowType, p.by, p.in.Operation, p.in.ID, p.by)
 		return newFailedChild(failedFuture(ctx, err))
+	}
+	if h := interceptor.WorkflowHeader(ctx); h != nil {
+		if epoch, ok := childEpoch(ctx, childWorkflowType); ok {
+			if p, err := headerConverter.ToPayload(epoch); err == nil {
+				h[headerEpoch] = p
+			}
+		}
 	}
 	return w.Next.ExecuteChildWorkflow(ctx, childWorkflowType, args...)
 }

@@ -142,6 +142,24 @@ func decide(ctx workflow.Context, activityType string) (intent, error) {
 	if p, _ := ctx.Value(pinnedKey{}).(*pin); p != nil {
 		return p.take(activityType)
 	}
+	return decideNamed(ctx, activityType, "")
+}
+
+// childEpoch returns the epoch of a child workflow of type childType started with ctx (see
+// epoch.go): the identity in the parent that an activity of that type would have, its
+// occurrences counted apart from the activities'. ok is false when the parent has none to give
+// (no interceptor, a refused epoch, a malformed name): the child then keys by its own first run.
+func childEpoch(ctx workflow.Context, childType string) (epoch string, ok bool) {
+	in, err := decideNamed(ctx, childType, "child/")
+	if err != nil || in.Refused != "" {
+		return "", false
+	}
+	return joinParts("child", in.Operation, in.ID), true
+}
+
+// decideNamed is decide for a context whose key was not pinned; counter prefixes the
+// occurrence counters, so that child workflows are counted apart from activities.
+func decideNamed(ctx workflow.Context, activityType, counter string) (intent, error) {
 	run, ok := ctx.Value(runKey{}).(*runState)
 	if !ok {
 		return intent{}, fmt.Errorf("%w: the workflow runs without tempotent's interceptor; install activity.NewInterceptor() (or keys.NewInterceptor()) on the worker that runs the workflow", ErrNoIdentity)
@@ -163,14 +181,14 @@ func decide(ctx workflow.Context, activityType string) (intent, error) {
 	update, _ := ctx.Value(updateKey{}).(string)
 	switch {
 	case ctx.Value(runScopeKey{}) != nil:
-		return intent{Operation: step, ID: runScopeID(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, run.occurrence("run", step))}, nil
+		return intent{Operation: step, ID: runScopeID(info.WorkflowExecution.ID, info.WorkflowExecution.RunID, run.occurrence(counter+"run", step))}, nil
 	case update != "":
-		return intent{Operation: step, ID: updateScopeID(info.WorkflowExecution.ID, update, run.occurrence("update/"+update, step))}, nil
+		return intent{Operation: step, ID: updateScopeID(info.WorkflowExecution.ID, update, run.occurrence(counter+"update/"+update, step))}, nil
 	}
 	if run.epoch.refusal != "" {
 		return intent{Operation: step, Refused: run.epoch.refusal}, nil
 	}
-	return intent{Operation: step, ID: workflowScopeID(info.WorkflowExecution.ID, run.epoch.epoch, run.occurrence("workflow", step))}, nil
+	return intent{Operation: step, ID: workflowScopeID(info.WorkflowExecution.ID, run.epoch.epoch, run.occurrence(counter+"workflow", step))}, nil
 }
 
 // runState is what the interceptor keeps for one workflow execution: its epoch and how many
