@@ -1,6 +1,8 @@
 package keys_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -35,20 +37,23 @@ import (
 //     second activity on it as it is, and a child workflow started on it before its key was used,
 //     are refused (ErrPinnedContext);
 //   - WithCompensation(ctx, k, name) keys one activity "comp:<k's operation>/<k's token>" under
-//     operation name; a second one on its context is refused.
+//     operation name; a second one on its context is refused;
+//   - a child workflow's activities are keyed in its own workflow scope, whose epoch is
+//     "child:<step>/<ID>": the step and ID an activity named as the child would get in the
+//     parent (WithStep, else the child's workflow type), counted apart from the activities.
 //
 // The property: each activity gets exactly the model's key (or is refused where the model
 // refuses it), and two activities — of one run or of two workflows running the same program —
 // share a key exactly when the model says they are one intent.
 //
 // Not covered here: the test environment neither replays nor retries workflows, so replay,
-// Continue-As-New, workflow retry, reset and the keys of a child workflow's own activities are
-// left to targeted tests on the dev server (devserver_test.go, the activity package's
+// Continue-As-New, workflow retry and reset (of a workflow, or of a child's parent) are left to
+// targeted tests on the dev server (devserver_test.go, the activity package's
 // TestScopesOnTheDevServer).
 
 // Op is one statement of a generated program.
 type Op struct {
-	Kind string // "act", "stepkey", "loop"
+	Kind string // "act", "stepkey", "child", "loop"
 	Mods []Mod  // context functions applied, in order, to the context the statement uses
 	// act: the activity's type, and whether it is local.
 	Type  string
@@ -56,6 +61,8 @@ type Op struct {
 	// stepkey: the step, and what is done with the context StepKey returned.
 	Step string
 	Uses []Use
+	// child: the child workflow's ID (it runs one activity, step "charge", and returns its key).
+	ChildID string
 	// loop: the body, N times.
 	N    int
 	Body []Op
@@ -69,14 +76,15 @@ type Mod struct {
 // Use is one use of a context that StepKey returned.
 type Use struct {
 	// "plain" schedules with it as it is; "mod" with Mod applied to it first; "child" starts a
-	// child workflow with it; "comp" calls WithCompensation(it, key, Arg) and schedules Times
-	// activities with the compensation's context.
-	Kind  string
-	Mod   Mod
-	Arg   string
-	Type  string
-	Local bool
-	Times int
+	// child workflow with it, under ChildID; "comp" calls WithCompensation(it, key, Arg) and
+	// schedules Times activities with the compensation's context.
+	Kind    string
+	ChildID string
+	Mod     Mod
+	Arg     string
+	Type    string
+	Local   bool
+	Times   int
 }
 
 // Program is a generated workflow: Main runs first, then each update handler's program, in order.
@@ -96,6 +104,7 @@ var (
 	modelIDs   = []string{"order-1", "order-2", "wf:order-1/x/charge#1"}
 	modelTypes = []string{"A", "B"}
 	modelComps = []string{"refund", "release"}
+	modelChild = []string{"ship-1", "ship/2"}
 )
 
 func genProgram(rng *rand.Rand) Program {
@@ -133,6 +142,8 @@ func genOps(rng *rand.Rand, n, depth int) []Op {
 		switch k := rng.IntN(10); {
 		case k < 5:
 			ops = append(ops, Op{Kind: "act", Mods: genMods(rng), Type: pick(rng, modelTypes), Local: rng.IntN(4) == 0})
+		case k == 8:
+			ops = append(ops, Op{Kind: "child", Mods: genMods(rng), ChildID: pick(rng, modelChild)})
 		case k < 8 || depth == 0:
 			op := Op{Kind: "stepkey", Mods: genMods(rng), Step: pick(rng, modelSteps)}
 			for range rng.IntN(4) {
@@ -143,7 +154,7 @@ func genOps(rng *rand.Rand, n, depth int) []Op {
 				case 2, 3:
 					u.Kind, u.Mod = "mod", genMod(rng)
 				case 4:
-					u.Kind = "child"
+					u.Kind, u.ChildID = "child", pick(rng, modelChild)
 				default:
 					u.Kind, u.Arg, u.Times = "comp", pick(rng, modelComps), 1+rng.IntN(2)
 				}
@@ -189,6 +200,10 @@ func execString(ctx, typ string, local bool) string {
 	return fmt.Sprintf("workflow.ExecuteActivity(%s, %q)", ctx, typ)
 }
 
+func childString(ctx, id string) string {
+	return fmt.Sprintf("workflow.ExecuteChildWorkflow(workflow.WithChildOptions(%s, {WorkflowID: %q}), \"keyed-child\")", ctx, id)
+}
+
 func writeOps(b *strings.Builder, ops []Op, indent string) {
 	for _, op := range ops {
 		switch op.Kind {
@@ -203,7 +218,7 @@ func writeOps(b *strings.Builder, ops []Op, indent string) {
 				case "mod":
 					fmt.Fprintf(b, "%s%s\n", indent, execString(modString("pctx", []Mod{u.Mod}), u.Type, u.Local))
 				case "child":
-					fmt.Fprintf(b, "%sworkflow.ExecuteChildWorkflow(pctx, \"child\")\n", indent)
+					fmt.Fprintf(b, "%s%s\n", indent, childString("pctx", u.ChildID))
 				case "comp":
 					fmt.Fprintf(b, "%scctx, _, _ := keys.WithCompensation(pctx, k, %q)\n", indent, u.Arg)
 					for range u.Times {
@@ -211,6 +226,8 @@ func writeOps(b *strings.Builder, ops []Op, indent string) {
 					}
 				}
 			}
+		case "child":
+			fmt.Fprintf(b, "%s%s\n", indent, childString(modString("ctx", op.Mods), op.ChildID))
 		case "loop":
 			fmt.Fprintf(b, "%sfor range %d {\n", indent, op.N)
 			writeOps(b, op.Body, indent+"\t")
@@ -220,8 +237,8 @@ func writeOps(b *strings.Builder, ops []Op, indent string) {
 }
 
 // modelWorkflow runs a Program and returns, for each activity and child workflow in the order
-// they were scheduled, the key it ran under ("<operation> <id>"), "refused: <error>" or, for a
-// child, "child ran".
+// they were scheduled, the key it ran under ("<operation> <id>", for a child the key of its
+// activity) or "refused: <error>".
 func modelWorkflow(ctx workflow.Context, p Program) ([]string, error) {
 	ctx = withOptions(ctx)
 	var (
@@ -278,6 +295,22 @@ func schedule(ctx workflow.Context, typ string, local bool, out *[]string) {
 	*out = append(*out, k.Operation+" "+k.ID)
 }
 
+func startChild(ctx workflow.Context, id string, out *[]string) {
+	var s string
+	if err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id}), "keyed-child").Get(ctx, &s); err != nil {
+		*out = append(*out, "refused: "+err.Error())
+		return
+	}
+	*out = append(*out, s)
+}
+
+// keyedChild is the child workflow of the programs: one activity, step "charge".
+func keyedChild(ctx workflow.Context) (string, error) {
+	var out []string
+	schedule(keys.WithStep(withOptions(ctx), "charge"), "A", false, &out)
+	return out[0], nil
+}
+
 func runOps(ctx workflow.Context, ops []Op, out *[]string) error {
 	for _, op := range ops {
 		switch op.Kind {
@@ -295,12 +328,7 @@ func runOps(ctx workflow.Context, ops []Op, out *[]string) error {
 				case "mod":
 					schedule(applyMods(pctx, []Mod{u.Mod}), u.Type, u.Local, out)
 				case "child":
-					var s string
-					if err := workflow.ExecuteChildWorkflow(pctx, "child").Get(ctx, &s); err != nil {
-						*out = append(*out, "refused: "+err.Error())
-					} else {
-						*out = append(*out, s)
-					}
+					startChild(pctx, u.ChildID, out)
 				case "comp":
 					cctx, _, err := keys.WithCompensation(pctx, k, u.Arg)
 					if err != nil {
@@ -311,6 +339,8 @@ func runOps(ctx workflow.Context, ops []Op, out *[]string) error {
 					}
 				}
 			}
+		case "child":
+			startChild(applyMods(ctx, op.Mods), op.ChildID, out)
 		case "loop":
 			for range op.N {
 				if err := runOps(ctx, op.Body, out); err != nil {
@@ -336,7 +366,6 @@ type expected struct {
 	key     keys.Key
 	intent  string
 	refused bool
-	child   bool
 }
 
 // naming is what the context functions set on a context.
@@ -362,8 +391,8 @@ func (n naming) with(mods []Mod) naming {
 var modelEscape = strings.NewReplacer("%", "%25", "/", "%2F", "#", "%23")
 
 // decide is the model's key for an activity of type typ scheduled with naming n, in update (""
-// for the workflow's main program).
-func (m *model) decide(n naming, typ, update string) expected {
+// for the workflow's main program), its occurrence counted among counter's.
+func (m *model) decide(n naming, typ, update, counter string) expected {
 	op := n.step
 	if op == "" {
 		op = typ
@@ -372,8 +401,8 @@ func (m *model) decide(n naming, typ, update string) expected {
 		return keys.Key{Namespace: m.namespace, Tenant: m.tenant, Operation: op, ID: id}
 	}
 	count := func(scope string) int {
-		m.counts[scope+"\x00"+op]++
-		return m.counts[scope+"\x00"+op]
+		m.counts[counter+scope+"\x00"+op]++
+		return m.counts[counter+scope+"\x00"+op]
 	}
 	e := modelEscape.Replace
 	switch {
@@ -397,10 +426,10 @@ func (m *model) run(ops []Op, update string) {
 	for _, op := range ops {
 		switch op.Kind {
 		case "act":
-			m.out = append(m.out, m.decide(naming{}.with(op.Mods), op.Type, update))
+			m.out = append(m.out, m.decide(naming{}.with(op.Mods), op.Type, update, ""))
 		case "stepkey":
 			n := naming{}.with(op.Mods)
-			pinned := m.decide(n.with([]Mod{{Kind: "step", Arg: op.Step}}), "", update)
+			pinned := m.decide(n.with([]Mod{{Kind: "step", Arg: op.Step}}), "", update, "")
 			used := false
 			for _, u := range op.Uses {
 				switch u.Kind {
@@ -412,9 +441,13 @@ func (m *model) run(ops []Op, update string) {
 					}
 					used = true
 				case "mod":
-					m.out = append(m.out, m.decide(n.with([]Mod{u.Mod}), u.Type, update))
+					m.out = append(m.out, m.decide(n.with([]Mod{u.Mod}), u.Type, update, ""))
 				case "child":
-					m.out = append(m.out, expected{refused: !used, child: true})
+					if used {
+						m.out = append(m.out, m.child(n, u.ChildID, update))
+					} else {
+						m.out = append(m.out, expected{refused: true})
+					}
 				case "comp":
 					comp := expected{
 						key: keys.Key{Namespace: m.namespace, Tenant: m.tenant, Operation: u.Arg,
@@ -430,12 +463,30 @@ func (m *model) run(ops []Op, update string) {
 					}
 				}
 			}
+		case "child":
+			m.out = append(m.out, m.child(naming{}.with(op.Mods), op.ChildID, update))
 		case "loop":
 			for range op.N {
 				m.run(op.Body, update)
 			}
 		}
 	}
+}
+
+// child is the model's key for the activity of a child workflow started under childID with
+// naming n: the child's workflow scope, whose epoch is "child:", the child's step and the ID that
+// an activity so named would get in the parent (counted apart from the activities).
+func (m *model) child(n naming, childID, update string) expected {
+	parent := m.decide(n, "keyed-child", update, "child/")
+	e := modelEscape.Replace
+	epoch := "child:" + e(parent.key.Operation) + "/" + e(parent.key.ID)
+	id := fmt.Sprintf("wf:%s/%s/charge#1", e(childID), e(epoch))
+	if len(id) > keys.MaxIDLen {
+		sum := sha256.Sum256([]byte(id))
+		id = "wf:sha256:" + hex.EncodeToString(sum[:])
+	}
+	return expected{key: keys.Key{Namespace: m.namespace, Tenant: m.tenant, Operation: "charge", ID: id},
+		intent: strings.Join([]string{"child workflow", childID, parent.intent}, "\x00")}
 }
 
 func envInt(name string, def int) int {
@@ -492,10 +543,6 @@ func checkProgram(t *testing.T, p Program) string {
 			if !strings.HasPrefix(got[i], "refused: ") || !strings.Contains(got[i], keys.ErrPinnedContext.Error()) {
 				return fmt.Sprintf("activity %d: got %q, the model refuses it (%v)", i, got[i], keys.ErrPinnedContext)
 			}
-		case w.child:
-			if got[i] != "child ran" {
-				return fmt.Sprintf("child workflow %d: got %q, the model runs it", i, got[i])
-			}
 		case got[i] != w.key.Operation+" "+w.key.ID:
 			return fmt.Sprintf("activity %d: got %q, the model's key is %q", i, got[i], w.key.Operation+" "+w.key.ID)
 		}
@@ -528,7 +575,7 @@ func runProgram(t *testing.T, workflowID string, p Program) ([]string, error) {
 	t.Helper()
 	env := newEnv(t, workflowID, "acme", false)
 	env.RegisterWorkflowWithOptions(modelWorkflow, workflow.RegisterOptions{Name: "model"})
-	env.RegisterWorkflowWithOptions(childWorkflow, workflow.RegisterOptions{Name: "child"})
+	env.RegisterWorkflowWithOptions(keyedChild, workflow.RegisterOptions{Name: "keyed-child"})
 	for _, typ := range modelTypes {
 		env.RegisterActivityWithOptions(activityKey, activity.RegisterOptions{Name: typ})
 	}
