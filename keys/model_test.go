@@ -46,10 +46,10 @@ import (
 // refuses it), and two activities — of one run or of two workflows running the same program —
 // share a key exactly when the model says they are one intent.
 //
-// Not covered here: the test environment neither replays nor retries workflows, so replay,
-// Continue-As-New, workflow retry and reset (of a workflow, or of a child's parent) are left to
-// targeted tests on the dev server (devserver_test.go, the activity package's
-// TestScopesOnTheDevServer).
+// The test environment neither retries, continues nor resets workflows: TestKeyModelOnTheDevServer
+// (model_server_test.go) runs the programs again in a retried, a continued and a reset run on
+// the dev server. Neither replays a workflow from its history on another worker: the saga
+// package's replay test does, for sagas.
 
 // Op is one statement of a generated program.
 type Op struct {
@@ -61,7 +61,8 @@ type Op struct {
 	// stepkey: the step, and what is done with the context StepKey returned.
 	Step string
 	Uses []Use
-	// child: the child workflow's ID (it runs one activity, step "charge", and returns its key).
+	// child: the child workflow's ID, after the parent's and '/' (it runs one activity, step
+	// "charge", and returns its key).
 	ChildID string
 	// loop: the body, N times.
 	N    int
@@ -201,7 +202,7 @@ func execString(ctx, typ string, local bool) string {
 }
 
 func childString(ctx, id string) string {
-	return fmt.Sprintf("workflow.ExecuteChildWorkflow(workflow.WithChildOptions(%s, {WorkflowID: %q}), \"keyed-child\")", ctx, id)
+	return fmt.Sprintf("workflow.ExecuteChildWorkflow(workflow.WithChildOptions(%s, {WorkflowID: <workflow ID>+%q}), \"keyed-child\")", ctx, "/"+id)
 }
 
 func writeOps(b *strings.Builder, ops []Op, indent string) {
@@ -297,6 +298,7 @@ func schedule(ctx workflow.Context, typ string, local bool, out *[]string) {
 
 func startChild(ctx workflow.Context, id string, out *[]string) {
 	var s string
+	id = workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + id // child IDs are the namespace's: one per parent
 	if err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: id}), "keyed-child").Get(ctx, &s); err != nil {
 		*out = append(*out, "refused: "+err.Error())
 		return
@@ -355,6 +357,7 @@ func runOps(ctx workflow.Context, ops []Op, out *[]string) error {
 // model is the reference: the key each activity of a program must get in one workflow run.
 type model struct {
 	namespace, tenant, workflowID, runID string
+	epoch                                string // the run's epoch: its run ID in the test environment
 	counts                               map[string]int
 	out                                  []expected
 }
@@ -418,8 +421,8 @@ func (m *model) decide(n naming, typ, update, counter string) expected {
 			intent: strings.Join([]string{"upd", m.workflowID, update, op, strconv.Itoa(c)}, "\x00")}
 	}
 	c := count("workflow")
-	return expected{key: key(fmt.Sprintf("wf:%s/%s/%s#%d", e(m.workflowID), e(m.runID), e(op), c)),
-		intent: strings.Join([]string{"wf", m.workflowID, m.runID, op, strconv.Itoa(c)}, "\x00")}
+	return expected{key: key(fmt.Sprintf("wf:%s/%s/%s#%d", e(m.workflowID), e(m.epoch), e(op), c)),
+		intent: strings.Join([]string{"wf", m.workflowID, m.epoch, op, strconv.Itoa(c)}, "\x00")}
 }
 
 func (m *model) run(ops []Op, update string) {
@@ -480,6 +483,7 @@ func (m *model) child(n naming, childID, update string) expected {
 	parent := m.decide(n, "keyed-child", update, "child/")
 	e := modelEscape.Replace
 	epoch := "child:" + e(parent.key.Operation) + "/" + e(parent.key.ID)
+	childID = m.workflowID + "/" + childID
 	id := fmt.Sprintf("wf:%s/%s/charge#1", e(childID), e(epoch))
 	if len(id) > keys.MaxIDLen {
 		sum := sha256.Sum256([]byte(id))
@@ -527,7 +531,7 @@ func checkProgram(t *testing.T, p Program) string {
 		if err != nil {
 			return fmt.Sprintf("workflow %s failed: %v", workflowID, err)
 		}
-		m := &model{namespace: "default-test-namespace", tenant: "acme", workflowID: workflowID, runID: "default-test-run-id", counts: map[string]int{}}
+		m := &model{namespace: "default-test-namespace", tenant: "acme", workflowID: workflowID, runID: "default-test-run-id", epoch: "default-test-run-id", counts: map[string]int{}}
 		m.run(p.Main, "")
 		for _, u := range p.Updates {
 			m.run(u.Body, u.ID)
@@ -536,6 +540,15 @@ func checkProgram(t *testing.T, p Program) string {
 			return fmt.Sprintf("workflow %s scheduled %d activities, the model %d: %q", workflowID, len(g), len(m.out), g)
 		}
 		got, want = append(got, g...), append(want, m.out...)
+	}
+	return compareModel(got, want)
+}
+
+// compareModel returns what differs between the records of activities and the model's verdicts
+// on them, or "".
+func compareModel(got []string, want []expected) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d activities were scheduled, the model says %d: %q", len(got), len(want), got)
 	}
 	for i, w := range want {
 		switch {
