@@ -90,7 +90,8 @@ func epochOf(info *workflow.Info, header string, lastErr error) epochState {
 
 // markRefused returns the error that a refused run fails with, marked for its retries (see
 // epochOf). The mark changes neither what the server retries nor how: the marked error keeps
-// the type, retryability, retry delay and message of err, which it wraps. Only the details of an
+// the type, retryability, retry delay and message of err, which it wraps (an activity's, a child
+// workflow's or a Nexus operation's error, which has no type, gets the type ""). Only the details of an
 // *temporal.ApplicationError that err was are replaced, by the mark: read them from its cause.
 // Errors whose kind decides the retry (timeout, cancellation, termination, panic) and
 // Continue-As-New pass unmarked.
@@ -106,6 +107,10 @@ func markRefused(err error) error {
 		opts.NonRetryable, opts.NextRetryDelay, opts.Category = e.NonRetryable(), e.NextRetryDelay(), e.Category()
 	case *temporal.TimeoutError, *temporal.CanceledError, *temporal.TerminatedError, *temporal.PanicError:
 		return err
+	case *temporal.ActivityError, *temporal.ChildWorkflowExecutionError, *temporal.NexusOperationError:
+		// Their failure has no application type, and the server retries it whatever the retry
+		// policy's non-retryable types name: so does it with the type "", which none names.
+		typ = ""
 	}
 	return temporal.NewApplicationErrorWithOptions(msg, typ, opts)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -228,6 +230,13 @@ func TestMarkRefusedKeepsTheRetry(t *testing.T) {
 		require.True(t, markedRefused(fc.FailureToError(got)), name)
 		require.False(t, markedRefused(fc.FailureToError(want)), name)
 	}
+	activityErr := fc.FailureToError(&failurepb.Failure{Message: "activity error", Cause: fc.ErrorToFailure(errors.New("the provider answered 502")),
+		FailureInfo: &failurepb.Failure_ActivityFailureInfo{ActivityFailureInfo: &failurepb.ActivityFailureInfo{ActivityType: &commonpb.ActivityType{Name: "Charge"}}}})
+	require.IsType(t, &temporal.ActivityError{}, activityErr)
+	got := fc.ErrorToFailure(markRefused(activityErr))
+	require.Empty(t, got.GetApplicationFailureInfo().GetType(), "an activity's failure has no type, and is retried whatever the policy's non-retryable types")
+	require.False(t, got.GetApplicationFailureInfo().GetNonRetryable())
+	require.True(t, markedRefused(fc.FailureToError(got)))
 	timeout := temporal.NewTimeoutError(0, nil)
 	require.Same(t, timeout, markRefused(timeout), "a timeout's kind decides its retry: it passes unmarked")
 }
