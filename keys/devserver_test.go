@@ -100,7 +100,9 @@ func TestRetryOfARefusedContinueAsNewIsRefused(t *testing.T) {
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)
 	}
-	ctx := context.Background()
+	// A workflow whose tasks fail on replay stays open: bound the wait, so that it fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 	run := func(t *testing.T, id, mode string) string {
 		t.Helper()
 		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "keyed", RetryPolicy: retry}, "chain", mode, 0)
@@ -169,7 +171,9 @@ func TestParentRunAgainDoesNotChargeTwiceThroughAChild(t *testing.T) {
 	w.RegisterActivityWithOptions(log.activity, activity.RegisterOptions{Name: keyActivity})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	ctx := context.Background()
+	// A workflow whose tasks fail on replay stays open: bound the wait, so that it fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 
 	t.Run("Retry", func(t *testing.T) {
 		t.Parallel()

@@ -104,7 +104,9 @@ func TestKeyModelOnTheDevServer(t *testing.T) {
 	w.RegisterActivityWithOptions(reports.report, activity.RegisterOptions{Name: "Report"})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	ctx := context.Background()
+	// A workflow whose tasks fail on replay stays open: bound the wait, so that it fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 
 	for i := range uint64(n) {
 		s := seed + i
