@@ -30,7 +30,8 @@ import (
 //     in the update;
 //   - else the workflow scope: "wf:<workflow ID>/<epoch>/<step>#<n>", n counted per step in the
 //     run; the epoch is the run ID in the test environment (no FirstRunID);
-//   - every part percent-escaped ('%', '/', '#');
+//   - every part percent-escaped ('%', '/', '#'); an ID longer than MaxIDLen is "wf:sha256:" and
+//     the hex SHA-256 of it;
 //   - StepKey(ctx, s) decides, when called, the key WithStep(ctx, s) would give, and its context
 //     gives it to exactly one activity: the first scheduled with it as it is. A WithStep, WithID or
 //     WithRunScope on that context replaces it (the activity is keyed as without StepKey); a
@@ -48,8 +49,8 @@ import (
 //
 // The test environment neither retries, continues nor resets workflows: TestKeyModelOnTheDevServer
 // (model_server_test.go) runs the programs again in a retried, a continued and a reset run on
-// the dev server. Neither replays a workflow from its history on another worker: the saga
-// package's replay test does, for sagas.
+// the dev server, where every workflow task replays the workflow from its history (TestMain turns
+// the workers' cache off), so the keys must also come out the same from a replay.
 
 // Op is one statement of a generated program.
 type Op struct {
