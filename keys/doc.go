@@ -56,9 +56,9 @@
 //     child again replays the child's effects instead of repeating them — provided the child
 //     gets the same workflow ID again: give it one (workflow.ChildWorkflowOptions.WorkflowID,
 //     from the business key or the parent's ID), not the SDK's default. A child started with
-//     WithRunScope acts again after the parent's reset, as an activity would. A child of a
-//     parent without the interceptor, or whose epoch is refused, keys by its own first run, and
-//     acts again when started again.
+//     WithRunScope acts again after the parent's reset, as an activity would. The child of a
+//     parent refused its epoch is refused its workflow-scope keys too; the child of a parent
+//     without the interceptor keys by its own first run, and acts again when started again.
 //   - update: an activity scheduled from an update handler is keyed by the update's ID, so the
 //     same update delivered again after Continue-As-New replays instead of repeating.
 //   - run: the activity's retries only.

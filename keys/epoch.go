@@ -36,9 +36,10 @@ import (
 //     (workflow, run or update scope, or WithID's), its occurrences counted apart from the
 //     activities'. The parent's Resets and retries start the child again with the same epoch, so
 //     a child started again under the same workflow ID replays its effects; its own retries and
-//     Resets copy the header. A parent that has no epoch to give (no interceptor, a refused
-//     epoch) writes none, and the child keys by its own FirstRunID: new keys when the parent
-//     starts it again;
+//     Resets copy the header. A parent refused its own epoch writes why in headerEpochRefused
+//     instead, and the child's workflow scope is refused as the parent's is. A parent without
+//     the interceptor writes neither, and the child keys by its own FirstRunID: new keys when
+//     the parent starts it again;
 //   - any other run of a workflow without a cron schedule has the chain's FirstRunID as its epoch:
 //     the first run's ID, kept by Reset and by retries;
 //   - a cron run's epoch is its own OriginalRunID (kept by Reset). A retry of a cron run copies
@@ -69,16 +70,22 @@ type epochState struct {
 	mark bool
 }
 
-// epochOf decides the epoch of the run that info describes, from the epoch header of its start
+// epochHeader is what the start of a run says of its epoch: the epoch that Continue-As-New or a
+// parent wrote (headerEpoch), or why a parent had none to give (headerEpochRefused).
+type epochHeader struct{ epoch, refused string }
+
+// epochOf decides the epoch of the run that info describes, from the epoch headers of its start
 // and the failure of the attempt it retries (workflow.GetLastError).
-func epochOf(info *workflow.Info, header string, lastErr error) epochState {
+func epochOf(info *workflow.Info, header epochHeader, lastErr error) epochState {
 	switch {
 	case info.CronSchedule != "" && info.Attempt > 1:
 		return epochState{refusal: "this run retries a cron run, and Temporal gives a retried cron run no way to name the run it retries, so the workflow scope cannot key it as that run's retry; key the step with keys.WithID or keys.WithRunScope"}
 	case info.CronSchedule != "":
 		return epochState{epoch: cmp.Or(info.OriginalRunID, info.WorkflowExecution.RunID)}
-	case header != "":
-		return epochState{epoch: header}
+	case header.refused != "":
+		return epochState{refusal: "its parent workflow was refused its workflow-scope keys, so it has no epoch to give this child that tells this start of it from another: " + header.refused}
+	case header.epoch != "":
+		return epochState{epoch: header.epoch}
 	case info.ContinuedExecutionRunID != "" && info.Attempt <= 1:
 		return epochState{mark: true, refusal: fmt.Sprintf("this run continued as new from run %s without tempotent's epoch header (that run's worker lacked the interceptor), so its keys cannot be told from the first run's; install the interceptor on every workflow worker", info.ContinuedExecutionRunID)}
 	case info.ContinuedExecutionRunID != "" && markedRefused(lastErr):

@@ -205,7 +205,7 @@ func TestEpoch(t *testing.T) {
 		{"CronRetry", cronRetry, "", failed, ""},
 		{"TestEnvironment", testEnv, "", nil, "default-test-run-id"},
 	} {
-		got := epochOf(&tc.info, tc.header, tc.lastErr)
+		got := epochOf(&tc.info, epochHeader{epoch: tc.header}, tc.lastErr)
 		require.Equal(t, tc.want, got.epoch, tc.name)
 		require.Equal(t, tc.want == "", got.refusal != "", tc.name)
 	}

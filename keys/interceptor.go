@@ -41,7 +41,8 @@ func (w *workflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor)
 }
 
 func (w *workflowInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	w.run.epoch = epochOf(workflow.GetInfo(ctx), readString(interceptor.WorkflowHeader(ctx), headerEpoch), workflow.GetLastError(ctx))
+	header := interceptor.WorkflowHeader(ctx)
+	w.run.epoch = epochOf(workflow.GetInfo(ctx), epochHeader{epoch: readString(header, headerEpoch), refused: readString(header, headerEpochRefused)}, workflow.GetLastError(ctx))
 	result, err := w.Next.ExecuteWorkflow(workflow.WithValue(ctx, runKey{}, &w.run), in)
 	if w.run.epoch.mark {
 		err = markRefused(err)
@@ -83,6 +84,9 @@ func (w *workflowOutbound) ExecuteLocalActivity(ctx workflow.Context, activityTy
 // keys survive what the parent's survive: a parent's reset or retry that starts the child again
 // (under the same workflow ID) replays its effects instead of repeating them.
 //
+// A parent refused its workflow-scope keys writes why instead, and the child's workflow scope is
+// refused too: keyed by its own first run, a child started again would act again.
+//
 // It refuses a child workflow started with a context whose pinned key (StepKey,
 // WithCompensation) no activity took yet: the caller holds a key that names no effect, since the
 // child keys its own activities.
@@ -93,10 +97,15 @@ func (w *workflowOutbound) ExecuteChildWorkflow(ctx workflow.Context, childWorkf
 		return newFailedChild(failedFuture(ctx, err))
 	}
 	if h := interceptor.WorkflowHeader(ctx); h != nil {
-		if epoch, ok := childEpoch(ctx, childWorkflowType); ok {
-			if p, err := headerConverter.ToPayload(epoch); err == nil {
-				h[headerEpoch] = p
-			}
+		name, value := headerEpoch, ""
+		switch epoch, refused := childEpoch(ctx, childWorkflowType); {
+		case refused != "":
+			name, value = headerEpochRefused, refused
+		default:
+			value = epoch
+		}
+		if p, err := headerConverter.ToPayload(value); err == nil && value != "" {
+			h[name] = p
 		}
 	}
 	return w.Next.ExecuteChildWorkflow(ctx, childWorkflowType, args...)

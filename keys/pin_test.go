@@ -1,10 +1,12 @@
 package keys_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/keys"
@@ -124,4 +126,33 @@ func TestStepKeyKeysOneActivity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusedParent starts a child that charges, with the child workflow ID "ship".
+func refusedParent(ctx workflow.Context) (string, error) {
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: "ship"})
+	var got string
+	err := workflow.ExecuteChildWorkflow(keys.WithStep(ctx, "ship"), "charging-child").Get(ctx, &got)
+	return got, err
+}
+
+// TestChildOfARefusedParentIsRefused: a parent refused its workflow-scope keys (it continued as
+// new without the epoch header, or retries a cron run) cannot give its child an epoch that tells
+// this start of the child from the one before; keyed by its own first run, the child started
+// again would charge again. Its workflow-scope keys are refused too.
+func TestChildOfARefusedParentIsRefused(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, "order-1", "", false)
+	env.SetContinuedExecutionRunID("the-run-before") // and no epoch header: refused
+	env.RegisterWorkflowWithOptions(refusedParent, workflow.RegisterOptions{Name: "parent"})
+	env.RegisterWorkflowWithOptions(chargingChild, workflow.RegisterOptions{Name: "charging-child"})
+	env.RegisterActivityWithOptions(func(ctx context.Context) (string, error) {
+		k, err := keys.FromActivity(ctx)
+		return k.ID, err
+	}, activity.RegisterOptions{Name: keyActivity})
+	env.ExecuteWorkflow("parent")
+	err := env.GetWorkflowError()
+	require.Error(t, err, "the child of a refused parent was keyed")
+	require.ErrorContains(t, err, keys.ErrNoIdentity.Error())
+	require.ErrorContains(t, err, "its parent")
 }

@@ -147,14 +147,18 @@ func decide(ctx workflow.Context, activityType string) (intent, error) {
 
 // childEpoch returns the epoch of a child workflow of type childType started with ctx (see
 // epoch.go): the identity in the parent that an activity of that type would have, its
-// occurrences counted apart from the activities'. ok is false when the parent has none to give
-// (no interceptor, a refused epoch, a malformed name): the child then keys by its own first run.
-func childEpoch(ctx workflow.Context, childType string) (epoch string, ok bool) {
+// occurrences counted apart from the activities'; or, when the parent was refused that
+// identity, why. Both are empty when the parent has nothing to give (no interceptor, a malformed
+// name): the child then keys by its own first run.
+func childEpoch(ctx workflow.Context, childType string) (epoch, refused string) {
 	in, err := decideNamed(ctx, childType, "child/")
-	if err != nil || in.Refused != "" {
-		return "", false
+	switch {
+	case err != nil:
+		return "", ""
+	case in.Refused != "":
+		return "", in.Refused
 	}
-	return joinParts("child", in.Operation, in.ID), true
+	return joinParts("child", in.Operation, in.ID), ""
 }
 
 // decideNamed is decide for a context whose key was not pinned; counter prefixes the
