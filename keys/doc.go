@@ -20,7 +20,11 @@
 //     workflow is one intent;
 //   - WithRunScope(ctx): keyed by this run alone, as Temporal's documentation advises;
 //   - StepKey(ctx, "charge"): decide the key now and hold it (sagas register compensations under
-//     it); WithCompensation keys a compensation from its forward step.
+//     it); WithCompensation keys a compensation from its forward step. The context either returns
+//     keys exactly one activity, the first scheduled with it: a step, ID or run scope named on it
+//     later gets its own key, and a second activity scheduled with it as it is fails with
+//     ErrPinnedContext, so that shadowing ctx never keys a later activity under the first one's
+//     key.
 //
 // The ID's scope is spelled in it, and no two scopes share an ID:
 //
@@ -44,6 +48,17 @@
 //     run cannot name the run it retries (Temporal gives it nothing to), so its activities are
 //     refused a key (ErrNoIdentity) rather than given new ones; key them with WithID or
 //     WithRunScope. See epoch.go for the table of what Temporal gives each kind of run.
+//   - workflow, in a child workflow: as above, except that the first run's epoch comes from the
+//     parent, whose interceptor writes on the child's start the identity in the parent that an
+//     activity named as the child would get (WithStep, WithID, WithRunScope or the update
+//     handler on the start's context, else the child's workflow type). So the child's keys
+//     survive what that identity survives: a parent's reset or workflow retry that starts the
+//     child again replays the child's effects instead of repeating them — provided the child
+//     gets the same workflow ID again: give it one (workflow.ChildWorkflowOptions.WorkflowID,
+//     from the business key or the parent's ID), not the SDK's default. A child started with
+//     WithRunScope acts again after the parent's reset, as an activity would. The child of a
+//     parent refused its epoch is refused its workflow-scope keys too; the child of a parent
+//     without the interceptor keys by its own first run, and acts again when started again.
 //   - update: an activity scheduled from an update handler is keyed by the update's ID, so the
 //     same update delivered again after Continue-As-New replays instead of repeating.
 //   - run: the activity's retries only.

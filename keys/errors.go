@@ -15,6 +15,14 @@ var ErrInvalidKey = errors.New("invalid idempotency key")
 // falls back to an empty or shared id.
 var ErrNoIdentity = errors.New("no identity to derive an idempotency key from")
 
+// ErrPinnedContext is returned, on the future of an activity or child workflow, when workflow
+// code scheduled it with a context that StepKey or WithCompensation returned and that context
+// cannot key it: another activity already took its key, or a child workflow was started with it
+// before any activity did (a child keys its own activities, never under the parent's key). Such
+// a context keys exactly one activity. It crosses into Temporal as a non-retryable
+// tempotent.InvalidKey error.
+var ErrPinnedContext = errors.New("a context from keys.StepKey or keys.WithCompensation keys exactly one activity")
+
 // InvalidKeyError says which part of a key was rejected and why. It matches ErrInvalidKey.
 type InvalidKeyError struct {
 	// Part names the rejected part: "namespace", "tenant", "operation", "id", "step" or

@@ -1,11 +1,16 @@
 package keys
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -172,26 +177,66 @@ func TestEpoch(t *testing.T) {
 	cronRetry.WorkflowExecution, cronRetry.OriginalRunID, cronRetry.ContinuedExecutionRunID, cronRetry.Attempt = exec("c3"), "c3", "c2", 2
 	testEnv := workflow.Info{WorkflowExecution: exec("default-test-run-id"), Attempt: 1}
 
+	chainRetry := continuedRetry // attempt 3 of the first run: it retries attempt 2, run r4
+	chainRetry.WorkflowExecution, chainRetry.OriginalRunID, chainRetry.ContinuedExecutionRunID, chainRetry.Attempt = exec("r5"), "r5", "r4", 3
+	fc := temporal.GetDefaultFailureConverter()
+	failed := fc.FailureToError(fc.ErrorToFailure(errors.New("the provider answered 502")))
+	refused := fc.FailureToError(fc.ErrorToFailure(markRefused(errors.New("the provider answered 502"))))
+
 	can := nextEpoch(&first)
 	for _, tc := range []struct {
-		name   string
-		info   workflow.Info
-		header string
-		want   string // "" for a refusal
+		name    string
+		info    workflow.Info
+		header  string
+		lastErr error
+		want    string // "" for a refusal
 	}{
-		{"First", first, "", "r1"},
-		{"Reset", reset, "", "r1"},
-		{"Retry", retry, "", "r1"},
-		{"ContinueAsNew", continued, can, "can:r1"},
-		{"ContinueAsNewRetried", continuedRetry, can, "can:r1"},
-		{"ContinueAsNewWithoutHeader", continued, "", ""},
-		{"CronFirst", cron1, "", "c1"},
-		{"CronNext", cron2, "", "c2"},
-		{"CronRetry", cronRetry, "", ""},
-		{"TestEnvironment", testEnv, "", "default-test-run-id"},
+		{"First", first, "", nil, "r1"},
+		{"Reset", reset, "", nil, "r1"},
+		{"Retry", retry, "", failed, "r1"},
+		{"RetryAgain", chainRetry, "", failed, "r1"},
+		{"ContinueAsNew", continued, can, nil, "can:r1"},
+		{"ContinueAsNewRetried", continuedRetry, can, failed, "can:r1"},
+		{"ContinueAsNewWithoutHeader", continued, "", nil, ""},
+		{"ContinueAsNewWithoutHeaderRetried", continuedRetry, "", refused, ""},
+		{"ContinueAsNewWithoutHeaderRetriedAgain", chainRetry, "", refused, ""},
+		{"CronFirst", cron1, "", nil, "c1"},
+		{"CronNext", cron2, "", nil, "c2"},
+		{"CronRetry", cronRetry, "", failed, ""},
+		{"TestEnvironment", testEnv, "", nil, "default-test-run-id"},
 	} {
-		got := epochOf(&tc.info, tc.header)
+		got := epochOf(&tc.info, epochHeader{epoch: tc.header}, tc.lastErr)
 		require.Equal(t, tc.want, got.epoch, tc.name)
 		require.Equal(t, tc.want == "", got.refusal != "", tc.name)
 	}
+}
+
+// TestMarkRefusedKeepsTheRetry: the mark on a refused run's failure changes nothing the server
+// retries by — the failure's type, retryability and message — or the retry would differ from the
+// one the workflow's author configured.
+func TestMarkRefusedKeepsTheRetry(t *testing.T) {
+	t.Parallel()
+	fc := temporal.GetDefaultFailureConverter()
+	for name, err := range map[string]error{
+		"Plain":        errors.New("the provider answered 502"),
+		"Wrapped":      fmt.Errorf("charge: %w", errors.New("the provider answered 502")),
+		"Application":  temporal.NewApplicationError("card declined", "CardDeclined"),
+		"NonRetryable": temporal.NewNonRetryableApplicationError("card declined", "CardDeclined", nil),
+	} {
+		want, got := fc.ErrorToFailure(err), fc.ErrorToFailure(markRefused(err))
+		require.Equal(t, want.GetMessage(), got.GetMessage(), name)
+		require.Equal(t, want.GetApplicationFailureInfo().GetType(), got.GetApplicationFailureInfo().GetType(), name)
+		require.Equal(t, want.GetApplicationFailureInfo().GetNonRetryable(), got.GetApplicationFailureInfo().GetNonRetryable(), name)
+		require.True(t, markedRefused(fc.FailureToError(got)), name)
+		require.False(t, markedRefused(fc.FailureToError(want)), name)
+	}
+	activityErr := fc.FailureToError(&failurepb.Failure{Message: "activity error", Cause: fc.ErrorToFailure(errors.New("the provider answered 502")),
+		FailureInfo: &failurepb.Failure_ActivityFailureInfo{ActivityFailureInfo: &failurepb.ActivityFailureInfo{ActivityType: &commonpb.ActivityType{Name: "Charge"}}}})
+	require.IsType(t, &temporal.ActivityError{}, activityErr)
+	got := fc.ErrorToFailure(markRefused(activityErr))
+	require.Empty(t, got.GetApplicationFailureInfo().GetType(), "an activity's failure has no type, and is retried whatever the policy's non-retryable types")
+	require.False(t, got.GetApplicationFailureInfo().GetNonRetryable())
+	require.True(t, markedRefused(fc.FailureToError(got)))
+	timeout := temporal.NewTimeoutError(0, nil)
+	require.Same(t, timeout, markRefused(timeout), "a timeout's kind decides its retry: it passes unmarked")
 }

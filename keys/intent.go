@@ -30,6 +30,11 @@ const (
 	// headerEpoch is written on the Continue-As-New of a run: it names the new run's generation
 	// of workflow-scope keys (see epoch).
 	headerEpoch = "tempotent-epoch"
+	// headerEpochRefused is written, instead of headerEpoch, on the start of a child workflow
+	// whose parent was refused its workflow-scope keys: it says why, and the child's workflow
+	// scope is refused too. A separate header, so that a worker that does not know it keys the
+	// child by its own first run, as before, rather than by a shared text.
+	headerEpochRefused = "tempotent-epoch-refused"
 )
 
 // intent is the header's content.

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"context"
+	"fmt"
 
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -40,8 +41,13 @@ func (w *workflowInbound) Init(outbound interceptor.WorkflowOutboundInterceptor)
 }
 
 func (w *workflowInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	w.run.epoch = epochOf(workflow.GetInfo(ctx), readString(interceptor.WorkflowHeader(ctx), headerEpoch))
-	return w.Next.ExecuteWorkflow(workflow.WithValue(ctx, runKey{}, &w.run), in)
+	header := interceptor.WorkflowHeader(ctx)
+	w.run.epoch = epochOf(workflow.GetInfo(ctx), epochHeader{epoch: readString(header, headerEpoch), refused: readString(header, headerEpochRefused)}, workflow.GetLastError(ctx))
+	result, err := w.Next.ExecuteWorkflow(workflow.WithValue(ctx, runKey{}, &w.run), in)
+	if w.run.epoch.mark {
+		err = markRefused(err)
+	}
+	return result, err
 }
 
 func (w *workflowInbound) ExecuteUpdate(ctx workflow.Context, in *interceptor.UpdateInput) (any, error) {
@@ -70,6 +76,59 @@ func (w *workflowOutbound) ExecuteLocalActivity(ctx workflow.Context, activityTy
 		return failedFuture(ctx, err)
 	}
 	return w.Next.ExecuteLocalActivity(ctx, activityType, args...)
+}
+
+// ExecuteChildWorkflow gives the child its epoch: the identity in this workflow that an activity
+// named as the child is (WithStep, WithID, WithRunScope, the update handler, else the child's
+// workflow type) would have, written in the child's start header. So the child's workflow-scope
+// keys survive what the parent's survive: a parent's reset or retry that starts the child again
+// (under the same workflow ID) replays its effects instead of repeating them.
+//
+// A parent refused its workflow-scope keys writes why instead, and the child's workflow scope is
+// refused too: keyed by its own first run, a child started again would act again.
+//
+// It refuses a child workflow started with a context whose pinned key (StepKey,
+// WithCompensation) no activity took yet: the caller holds a key that names no effect, since the
+// child keys its own activities.
+func (w *workflowOutbound) ExecuteChildWorkflow(ctx workflow.Context, childWorkflowType string, args ...any) workflow.ChildWorkflowFuture {
+	if p, _ := ctx.Value(pinnedKey{}).(*pin); p != nil && p.usedBy == "" {
+		err := fmt.Errorf("%w: child workflow %s was started with the context that %s returned before any activity took its key (%s %s): a child workflow keys its own activities, never under its parent's key; start it with the context you passed to %s, and schedule the activity that the key is for with the returned one",
+			ErrPinnedContext, childWorkflowType, p.by, p.in.Operation, p.in.ID, p.by)
+		return newFailedChild(failedFuture(ctx, err))
+	}
+	if h := interceptor.WorkflowHeader(ctx); h != nil {
+		name, value := headerEpoch, ""
+		switch epoch, refused := childEpoch(ctx, childWorkflowType); {
+		case refused != "":
+			name, value = headerEpochRefused, refused
+		default:
+			value = epoch
+		}
+		if p, err := headerConverter.ToPayload(value); err == nil && value != "" {
+			h[name] = p
+		}
+	}
+	return w.Next.ExecuteChildWorkflow(ctx, childWorkflowType, args...)
+}
+
+// failedChild is a child workflow that was never started: every future fails with its error.
+// It embeds the interface so that it keeps compiling when the SDK adds methods; it overrides
+// every method the SDK has now.
+type failedChild struct {
+	workflow.ChildWorkflowFuture
+	err workflow.Future
+}
+
+func newFailedChild(f workflow.Future) failedChild { return failedChild{err: f} }
+
+func (c failedChild) Get(ctx workflow.Context, v any) error      { return c.err.Get(ctx, v) }
+func (c failedChild) IsReady() bool                              { return c.err.IsReady() }
+func (c failedChild) GetChildWorkflowExecution() workflow.Future { return c.err }
+func (c failedChild) SignalChildWorkflow(workflow.Context, string, any) workflow.Future {
+	return c.err
+}
+func (c failedChild) SignalChildWorkflowWithOptions(workflow.Context, string, any, workflow.SignalChildWorkflowOptions) workflow.Future {
+	return c.err
 }
 
 func (w *workflowOutbound) NewContinueAsNewError(ctx workflow.Context, wfn any, args ...any) error {
