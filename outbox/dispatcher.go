@@ -41,6 +41,9 @@ const (
 	// markShare: a tenth of the lease is kept for marking the results, after the last publish
 	// that may start has timed out.
 	markShare = 10
+	// pruneMaxBatches bounds one maintenance round's pruning, with half the Maintenance period:
+	// a backlog of expired messages is worked off over several rounds.
+	pruneMaxBatches = 100
 )
 
 // Metric names, emitted through DispatcherConfig.Metrics.
@@ -50,6 +53,7 @@ const (
 	MetricDead       = "tempotent_outbox_dead"           // counter: messages parked as dead
 	MetricLostClaim  = "tempotent_outbox_lost_claim"     // counter: marks refused because the claim had ended
 	MetricHandedBack = "tempotent_outbox_handed_back"    // counter: claimed messages handed back unpublished, no attempt counted
+	MetricPruned     = "tempotent_outbox_pruned"         // counter: delivered messages pruned past retention
 	MetricBacklog    = "tempotent_outbox_backlog"        // gauge: pending messages
 	MetricOldestAge  = "tempotent_outbox_oldest_seconds" // gauge: age of the oldest pending message
 	MetricDeadRows   = "tempotent_outbox_dead_rows"      // gauge: dead messages waiting for an operator
@@ -584,11 +588,33 @@ func (d *Dispatcher) backoff(attempt int) time.Duration {
 	return d.cfg.BackoffMin + rand.N(ceiling-d.cfg.BackoffMin)
 }
 
-// maintain prunes delivered messages past retention and refreshes the backlog gauges; it logs
-// rather than returns its errors, which the next round retries.
+// maintain prunes delivered messages past retention, batch after batch until a short one, for
+// at most pruneMaxBatches batches and half the Maintenance period (the rest waits for the next
+// round), and refreshes the backlog gauges; it logs rather than returns its errors, which the
+// next round retries.
 func (d *Dispatcher) maintain(ctx context.Context) {
-	if _, err := d.o.Prune(ctx, PruneBatchDefault); err != nil && ctx.Err() == nil {
-		d.log.Warn("prune failed; retrying at the next maintenance", "err", err)
+	var pruned int64
+	until := time.Now().Add(d.cfg.Maintenance / 2)
+	for batches := 1; ; batches++ {
+		n, err := d.o.Prune(ctx, PruneBatchDefault)
+		pruned += n
+		d.met.Counter(MetricPruned).Inc(n)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("prune failed; retrying at the next maintenance", "err", err, "pruned", pruned)
+			}
+			break
+		}
+		if n < PruneBatchDefault {
+			if pruned > 0 {
+				d.log.Info("pruned delivered messages past retention", "count", pruned)
+			}
+			break
+		}
+		if batches >= pruneMaxBatches || time.Now().After(until) {
+			d.log.Warn("pruning stopped at its bound for one round; the next rounds go on with the rest", "pruned", pruned, "batches", batches)
+			break
+		}
 	}
 	st, err := d.o.Stats(ctx)
 	if err != nil {
