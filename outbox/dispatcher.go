@@ -195,13 +195,18 @@ func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher
 // When ctx ends, Run claims nothing more, lets the publishes in flight finish within
 // ShutdownGrace, marks their results, and hands the rest of its batch back without counting an
 // attempt (see DispatcherConfig.ShutdownGrace), before it returns.
+//
+// The dispatchers running on one pool in a process share one LISTEN connection, opened outside
+// the pool with the pool's connection settings (its BeforeConnect and AfterConnect hooks are not
+// run for it). Each dispatcher takes a connection of the pool only for a claim, a mark or a
+// maintenance statement, one at a time; Run refuses to start (returns an error at once) a
+// dispatcher that would make more dispatchers on the pool than it has connections.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Go(func() { d.listen(ctx, wake) })
+	wake, unsubscribe, err := subscribe(d.o.db, d.o.cfg.Schema, d.log)
+	if err != nil {
+		return fmt.Errorf("outbox: dispatcher %s: %w", d.cfg.Name, err)
+	}
+	defer unsubscribe()
 
 	poll := time.NewTicker(d.cfg.Poll)
 	defer poll.Stop()
@@ -234,48 +239,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-poll.C:
 		case <-maintain:
 			d.maintain(ctx)
-		}
-	}
-}
-
-// listen holds a connection that LISTENs for Put's notifications and signals wake for each one
-// of this outbox's schema. On any error it drops the connection and listens again after a pause;
-// the poll covers the gap.
-func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := d.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		d.log.Debug("listen ended; polling until it is back", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(ListenBackoffDefault):
-		}
-	}
-}
-
-func (d *Dispatcher) listenOnce(ctx context.Context, wake chan<- struct{}) error {
-	conn, err := d.o.db.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A LISTENing connection must not go back to the pool.
-	defer func() { _ = conn.Hijack().Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
-		return err
-	}
-	// A message put while no connection was listening (before the first LISTEN, or between a
-	// lost connection and this one) notified no one: one round now finds it, rather than the
-	// next poll.
-	signal(wake)
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == d.o.cfg.Schema {
-			signal(wake)
 		}
 	}
 }
