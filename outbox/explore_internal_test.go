@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,9 +44,10 @@ import (
 //   - once drained, every message is delivered or dead; a delivered one was acknowledged by a
 //     publish of the very claim that marked it (dispatcher and attempt); a dead one says why;
 //   - an attempt is counted only for a publish that started: a message's attempts since its last
-//     requeue are at most its publishes, plus the claims a crash left untried, plus one for each
-//     disruption (a dispatch that returned an error, a terminated connection), which may have
-//     lost a claim's reply or a hand-back.
+//     requeue are at most its publishes (less those a shutdown cut short, which are handed back),
+//     plus the claims a crash left untried, and those still held by a dispatcher when one of
+//     its dispatches failed (a terminated connection, a claim cancelled in flight: the claim's
+//     reply or the hand-back may be lost).
 //
 // The choices of a history (configuration, messages, publisher answers per message and attempt,
 // each dispatcher's rounds, the faults) follow from its seed; real timing varies from run to run.
@@ -153,15 +153,14 @@ type dispatchExplorer struct {
 	mu          sync.Mutex
 	trace       []string
 	violations  []string
-	gen         map[string]int    // requeues so far
-	starts      map[string]int    // publishes started in the current gen
-	untried     map[string]int    // claims a crash left untried, in the current gen
-	interrupted map[string]int    // publishes a shutdown cut short, in the current gen
-	acks        map[ack]bool      // successful publishes
-	inFlight    map[string]string // "id:"+id and "key:"+key → the dispatcher publishing
+	gen         map[string]int          // requeues so far
+	starts      map[string]int          // publishes started in the current gen
+	unreleased  map[string]map[int]bool // attempts of claims left held, in the current gen
+	interrupted map[string]int          // publishes a shutdown cut short, in the current gen
+	acks        map[ack]bool            // successful publishes
+	inFlight    map[string]string       // "id:"+id and "key:"+key → the dispatcher publishing
 	discarded   map[string]bool
 	keyOf       map[string]string
-	disruptions atomic.Int64
 	ids         []string
 }
 
@@ -212,7 +211,7 @@ func (x *dispatchExplorer) answerFor(id string, gen, attempt int) answer {
 
 func (x *dispatchExplorer) history(ctx context.Context) error {
 	x.start = time.Now()
-	x.gen, x.starts, x.untried, x.interrupted = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	x.gen, x.starts, x.unreleased, x.interrupted = map[string]int{}, map[string]int{}, map[string]map[int]bool{}, map[string]int{}
 	x.acks, x.inFlight, x.discarded, x.keyOf = map[ack]bool{}, map[string]string{}, map[string]bool{}, map[string]string{}
 	rng := rand.New(rand.NewPCG(x.seed, 0))
 	var err error
@@ -294,22 +293,23 @@ func (x *dispatchExplorer) dispatcher(i int) (*Dispatcher, error) {
 	}
 	cfg := x.cfg
 	cfg.Name = fmt.Sprint("d", i)
-	cfg.Logger = slog.New(failureCounter{&x.disruptions})
+	cfg.Logger = slog.New(failures{func() { x.abandoned(cfg.Name) }})
 	return NewDispatcher(o, x.publisher(cfg.Name), &cfg)
 }
 
-// failureCounter counts Run's failed dispatches as disruptions, and logs nothing.
-type failureCounter struct{ n *atomic.Int64 }
+// failures calls failed when Run logs a failed dispatch (in Run's loop, before its next
+// claim), and logs nothing.
+type failures struct{ failed func() }
 
-func (f failureCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (f failureCounter) Handle(_ context.Context, r slog.Record) error {
+func (f failures) Enabled(context.Context, slog.Level) bool { return true }
+func (f failures) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, "dispatch failed") {
-		f.n.Add(1)
+		f.failed()
 	}
 	return nil
 }
-func (f failureCounter) WithAttrs([]slog.Attr) slog.Handler { return f }
-func (f failureCounter) WithGroup(string) slog.Handler      { return f }
+func (f failures) WithAttrs([]slog.Attr) slog.Handler { return f }
+func (f failures) WithGroup(string) slog.Handler      { return f }
 
 // publisher observes each publish of dispatcher name and answers as answerFor says.
 func (x *dispatchExplorer) publisher(name string) Publisher {
@@ -432,14 +432,14 @@ func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.
 		case r < 45:
 			k, err := d.DispatchOnce(ctx)
 			x.logf("%s dispatched %d: %v", d.cfg.Name, k, err)
-			x.disrupted(err)
+			x.failed(d.cfg.Name, err)
 		case r < 60:
 			after := time.Duration(rng.Int64N(int64(d.cfg.Lease / 2)))
 			sctx, cancel := context.WithTimeout(ctx, after)
 			k, err := d.DispatchOnce(sctx)
 			cancel()
 			x.logf("%s shut down %s into a dispatch of %d: %v", d.cfg.Name, after, k, err)
-			x.disrupted(err) // cancelled in the claim: its reply may be lost
+			x.failed(d.cfg.Name, err) // cancelled in the claim: its reply may be lost
 		case r < 72:
 			runFor := d.cfg.Lease/2 + time.Duration(rng.Int64N(int64(d.cfg.Lease/2)))
 			rctx, cancel := context.WithTimeout(ctx, runFor)
@@ -459,11 +459,39 @@ func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.
 	}
 }
 
-// disrupted counts a dispatch that failed: it may have lost a claim's reply, or a hand-back.
-func (x *dispatchExplorer) disrupted(err error) {
+// failed records, after a dispatch of dispatcher name failed with err, the claims it left held.
+func (x *dispatchExplorer) failed(name string, err error) {
 	if err != nil {
-		x.disruptions.Add(1)
+		x.abandoned(name)
 	}
+}
+
+// abandoned records the claims that dispatcher name holds and will not release (it is between
+// dispatches, or its last one failed): they may have counted an attempt without a publish.
+func (x *dispatchExplorer) abandoned(name string) {
+	rows, err := x.obs.Query(context.Background(), `SELECT id, attempts FROM `+x.o.table+`
+		WHERE claimed_by = $1 AND state = 'pending' AND lease_until IS NOT NULL`, name)
+	if err != nil {
+		x.violated("read %s's claims: %v", name, err)
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for rows.Next() {
+		var id string
+		var attempt int
+		if rows.Scan(&id, &attempt) == nil {
+			x.unreleasedLocked(id, attempt)
+		}
+	}
+	rows.Close()
+}
+
+func (x *dispatchExplorer) unreleasedLocked(id string, attempt int) {
+	if x.unreleased[id] == nil {
+		x.unreleased[id] = map[int]bool{}
+	}
+	x.unreleased[id][attempt] = true
 }
 
 // crash claims and publishes one batch of d as DispatchOnce does, and then either never marks
@@ -474,7 +502,7 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	batch, err := d.claim(ctx)
 	if err != nil {
 		x.logf("%s crash round: claim: %v", d.cfg.Name, err)
-		x.disrupted(err)
+		x.failed(d.cfg.Name, err)
 		return
 	}
 	leaseEnd := claimedAt.Add(d.cfg.Lease)
@@ -482,7 +510,7 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	x.mu.Lock()
 	for _, c := range batch {
 		if !c.tried {
-			x.untried[c.delivery.ID]++
+			x.unreleasedLocked(c.delivery.ID, c.delivery.Attempt)
 		}
 	}
 	x.mu.Unlock()
@@ -505,7 +533,7 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	}
 	err = d.mark(ctx, batch)
 	x.logf("%s resumed and marked late: %v", d.cfg.Name, err)
-	x.disrupted(err)
+	x.failed(d.cfg.Name, err)
 }
 
 // chaos terminates connections, requeues and discards dead messages, and puts more messages,
@@ -524,9 +552,8 @@ func (x *dispatchExplorer) chaos(ctx context.Context, rng *rand.Rand) {
 		case r < 35:
 			i := rng.IntN(len(x.apps))
 			var killed int
-			err := x.obs.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", x.apps[i]).Scan(&killed)
+			err := x.obs.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid, 1000)) FROM pg_stat_activity WHERE application_name = $1", x.apps[i]).Scan(&killed)
 			x.logf("terminated %d backends of d%d: %v", killed, i, err)
-			x.disruptions.Add(1)
 		case r < 65:
 			x.settle(ctx, rng, "requeue")
 		case r < 80:
@@ -555,7 +582,7 @@ func (x *dispatchExplorer) settleOne(ctx context.Context, id, how string) {
 	if how == "requeue" {
 		if err = x.o.Requeue(ctx, id); err == nil {
 			x.gen[id]++
-			x.starts[id], x.untried[id], x.interrupted[id] = 0, 0, 0
+			x.starts[id], x.unreleased[id], x.interrupted[id] = 0, nil, 0
 		}
 	} else if err = x.o.Discard(ctx, id); err == nil {
 		x.discarded[id] = true
@@ -574,7 +601,7 @@ func (x *dispatchExplorer) drain(ctx context.Context) error {
 	until := time.Now().Add(60 * time.Second)
 	for {
 		n, err := d.DispatchOnce(ctx)
-		x.disrupted(err)
+		x.failed(d.cfg.Name, err)
 		st, err := x.o.Stats(ctx)
 		if err != nil {
 			return err
@@ -629,7 +656,6 @@ func (x *dispatchExplorer) check(ctx context.Context) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	errs := append([]string(nil), x.violations...)
-	disruptions := int(x.disruptions.Load())
 	for _, id := range x.ids {
 		s, ok := got[id]
 		switch {
@@ -652,9 +678,9 @@ func (x *dispatchExplorer) check(ctx context.Context) error {
 		default:
 			errs = append(errs, fmt.Sprintf("%s: %s after the drain", id, s.state))
 		}
-		if limit := x.starts[id] - x.interrupted[id] + x.untried[id] + disruptions; s.attempts > limit {
-			errs = append(errs, fmt.Sprintf("%s: %d attempts counted for %d publishes started, of which %d a shutdown cut short, %d claims a crash left untried and %d disruptions",
-				id, s.attempts, x.starts[id], x.interrupted[id], x.untried[id], disruptions))
+		if limit := x.starts[id] - x.interrupted[id] + len(x.unreleased[id]); s.attempts > limit {
+			errs = append(errs, fmt.Sprintf("%s: %d attempts counted for %d publishes started, of which %d a shutdown cut short, and %d claims left held",
+				id, s.attempts, x.starts[id], x.interrupted[id], len(x.unreleased[id])))
 		}
 	}
 	if len(errs) > 0 {
