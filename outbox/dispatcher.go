@@ -281,8 +281,8 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	d.publish(ctx, leaseEnd, batch)
 	failpoint.Hit(failpoint.AfterPublish)
 	// Marks go out even when ctx has ended: a delivered message left unmarked is delivered
-	// again, and an untried one stays claimed until its lease ends. Past the lease they would
-	// be refused, or worse, overtake the claim that followed: they are bounded by it.
+	// again, and an untried one stays claimed until its lease ends. They are bounded by the
+	// lease: past it, another dispatcher may hold the messages, and the fence would refuse them.
 	markCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
 	defer cancel()
 	return len(batch), d.mark(markCtx, batch)
