@@ -270,15 +270,23 @@ type claimed struct {
 // finish. Their results are marked, and the messages not tried, or whose publish the grace cut
 // short, are handed back without counting an attempt; it then returns with a nil error.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	// A claim cut off by the shutdown could commit without its reply reaching us: its messages
+	// would stay held until the lease ends, an attempt counted. It runs under the grace instead,
+	// and what it took is handed back.
+	graceCtx, release := d.graceAfter(ctx)
+	defer release()
 	// Taken before the claim is sent: the database's lease starts later, at the claim's
 	// now(), so one measured from here ends first, whatever the round trip's latency.
 	claimedAt := time.Now()
-	batch, err := d.claim(ctx)
+	batch, err := d.claim(graceCtx)
 	if err != nil || len(batch) == 0 {
 		return 0, err
 	}
 	leaseEnd := claimedAt.Add(d.cfg.Lease)
-	d.publish(ctx, leaseEnd, batch)
+	d.publish(ctx, graceCtx, leaseEnd, batch)
 	failpoint.Hit(failpoint.AfterPublish)
 	// Marks go out even when ctx has ended: a delivered message left unmarked is delivered
 	// again, and an untried one stays claimed until its lease ends. They are bounded by the
@@ -379,12 +387,10 @@ func claimStatement(table string) string {
 
 // publish publishes batch with up to Concurrency calls at once, each bounded by PublishTimeout,
 // and starts a call only while it can end, and its result be marked, before leaseEnd: the
-// messages it does not reach stay untried. When ctx ends it starts no more, and the calls in
-// flight are cancelled ShutdownGrace later.
-func (d *Dispatcher) publish(ctx context.Context, leaseEnd time.Time, batch []*claimed) {
+// messages it does not reach stay untried. When ctx ends it starts no more; the calls in flight
+// run under graceCtx, which ends ShutdownGrace later (graceAfter).
+func (d *Dispatcher) publish(ctx, graceCtx context.Context, leaseEnd time.Time, batch []*claimed) {
 	startBy := leaseEnd.Add(-d.cfg.PublishTimeout - d.cfg.Lease/markShare)
-	graceCtx, release := d.graceAfter(ctx)
-	defer release()
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()

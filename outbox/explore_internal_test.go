@@ -158,6 +158,8 @@ type dispatchExplorer struct {
 	unreleased  map[string]map[int]bool // attempts of claims left held, in the current gen
 	interrupted map[string]int          // publishes a shutdown cut short, in the current gen
 	acks        map[ack]bool            // successful publishes
+	started     map[ack]bool            // publishes started
+	cut         map[ack]bool            // publishes a shutdown cut short
 	inFlight    map[string]string       // "id:"+id and "key:"+key → the dispatcher publishing
 	discarded   map[string]bool
 	keyOf       map[string]string
@@ -212,7 +214,8 @@ func (x *dispatchExplorer) answerFor(id string, gen, attempt int) answer {
 func (x *dispatchExplorer) history(ctx context.Context) error {
 	x.start = time.Now()
 	x.gen, x.starts, x.unreleased, x.interrupted = map[string]int{}, map[string]int{}, map[string]map[int]bool{}, map[string]int{}
-	x.acks, x.inFlight, x.discarded, x.keyOf = map[ack]bool{}, map[string]string{}, map[string]bool{}, map[string]string{}
+	x.acks, x.started, x.cut = map[ack]bool{}, map[ack]bool{}, map[ack]bool{}
+	x.inFlight, x.discarded, x.keyOf = map[string]string{}, map[string]bool{}, map[string]string{}
 	rng := rand.New(rand.NewPCG(x.seed, 0))
 	var err error
 	if x.o, err = New(x.obs, &Config{Schema: x.schema}); err != nil {
@@ -353,6 +356,7 @@ func (x *dispatchExplorer) begin(name string, dl Delivery) (gen int, leaseUntil 
 	x.mu.Lock()
 	gen = x.gen[dl.ID]
 	x.starts[dl.ID]++
+	x.started[ack{id: dl.ID, gen: gen, attempt: dl.Attempt, dispatcher: name}] = true
 	var overlaps []string
 	for _, k := range x.flightKeys(dl) {
 		if other, busy := x.inFlight[k]; busy {
@@ -414,6 +418,7 @@ func (x *dispatchExplorer) end(name string, dl Delivery, gen int, leaseUntil tim
 	case errors.Is(err, context.Canceled) && x.gen[dl.ID] == gen:
 		// Cancelled, not timed out: the shutdown grace ended it.
 		x.interrupted[dl.ID]++
+		x.cut[ack{id: dl.ID, gen: gen, attempt: dl.Attempt, dispatcher: name}] = true
 	}
 	x.trace = append(x.trace, fmt.Sprintf("%6dms %s published %s attempt %d: %v", time.Since(x.start).Milliseconds(), name, dl.ID, dl.Attempt, err))
 }
@@ -427,12 +432,21 @@ func (x *dispatchExplorer) flightKeys(dl Delivery) []string {
 
 // rounds runs rounds of dispatcher d, each chosen by rng, until x.until.
 func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.Rand) {
+	idle := func(claimed int) {
+		if claimed == 0 {
+			time.Sleep(d.cfg.Lease / 20)
+		}
+	}
+	// Between two rounds, whatever d still holds is abandoned.
+	defer x.abandoned(d.cfg.Name)
 	for time.Now().Before(x.until) {
+		x.abandoned(d.cfg.Name)
 		switch r := rng.IntN(100); {
 		case r < 45:
 			k, err := d.DispatchOnce(ctx)
 			x.logf("%s dispatched %d: %v", d.cfg.Name, k, err)
 			x.failed(d.cfg.Name, err)
+			idle(k)
 		case r < 60:
 			after := time.Duration(rng.Int64N(int64(d.cfg.Lease / 2)))
 			sctx, cancel := context.WithTimeout(ctx, after)
@@ -440,6 +454,7 @@ func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.
 			cancel()
 			x.logf("%s shut down %s into a dispatch of %d: %v", d.cfg.Name, after, k, err)
 			x.failed(d.cfg.Name, err) // cancelled in the claim: its reply may be lost
+			idle(k)
 		case r < 72:
 			runFor := d.cfg.Lease/2 + time.Duration(rng.Int64N(int64(d.cfg.Lease/2)))
 			rctx, cancel := context.WithTimeout(ctx, runFor)
@@ -450,9 +465,9 @@ func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.
 				x.violated("Run: %v", err)
 			}
 		case r < 84:
-			x.crash(ctx, d, false)
+			idle(x.crash(ctx, d, false))
 		case r < 96:
-			x.crash(ctx, d, true)
+			idle(x.crash(ctx, d, true))
 		default:
 			time.Sleep(time.Duration(rng.Int64N(int64(d.cfg.Lease / 4))))
 		}
@@ -467,7 +482,8 @@ func (x *dispatchExplorer) failed(name string, err error) {
 }
 
 // abandoned records the claims that dispatcher name holds and will not release (it is between
-// dispatches, or its last one failed): they may have counted an attempt without a publish.
+// rounds, or its last dispatch failed) and never published: they counted an attempt without a
+// publish.
 func (x *dispatchExplorer) abandoned(name string) {
 	rows, err := x.obs.Query(context.Background(), `SELECT id, attempts FROM `+x.o.table+`
 		WHERE claimed_by = $1 AND state = 'pending' AND lease_until IS NOT NULL`, name)
@@ -478,10 +494,15 @@ func (x *dispatchExplorer) abandoned(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for rows.Next() {
-		var id string
-		var attempt int
-		if rows.Scan(&id, &attempt) == nil {
-			x.unreleasedLocked(id, attempt)
+		a := ack{dispatcher: name}
+		if rows.Scan(&a.id, &a.attempt) != nil {
+			continue
+		}
+		a.gen = x.gen[a.id]
+		// A publish cut short by a shutdown is handed back like one never tried: still held,
+		// its hand-back was lost.
+		if !x.started[a] || x.cut[a] {
+			x.unreleasedLocked(a.id, a.attempt)
 		}
 	}
 	rows.Close()
@@ -497,16 +518,16 @@ func (x *dispatchExplorer) unreleasedLocked(id string, attempt int) {
 // crash claims and publishes one batch of d as DispatchOnce does, and then either never marks
 // it (the process died) or, frozen, marks it only after its lease has ended (the process was
 // paused and resumed): the marks of a claim that ended must change nothing.
-func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool) {
+func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool) (claimed int) {
 	claimedAt := time.Now()
 	batch, err := d.claim(ctx)
 	if err != nil {
 		x.logf("%s crash round: claim: %v", d.cfg.Name, err)
 		x.failed(d.cfg.Name, err)
-		return
+		return 0
 	}
 	leaseEnd := claimedAt.Add(d.cfg.Lease)
-	d.publish(ctx, leaseEnd, batch)
+	d.publish(ctx, ctx, leaseEnd, batch)
 	x.mu.Lock()
 	for _, c := range batch {
 		if !c.tried {
@@ -516,7 +537,7 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	x.mu.Unlock()
 	if !frozen || len(batch) == 0 {
 		x.logf("%s died after publishing %d, before marking", d.cfg.Name, len(batch))
-		return
+		return len(batch)
 	}
 	x.logf("%s froze after publishing %d, before marking", d.cfg.Name, len(batch))
 	// It resumes once another dispatcher has claimed one of its messages again, or two leases
@@ -534,6 +555,7 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	err = d.mark(ctx, batch)
 	x.logf("%s resumed and marked late: %v", d.cfg.Name, err)
 	x.failed(d.cfg.Name, err)
+	return len(batch)
 }
 
 // chaos terminates connections, requeues and discards dead messages, and puts more messages,
