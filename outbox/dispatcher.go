@@ -33,19 +33,30 @@ const (
 	MaintenanceDefault = time.Minute
 	PruneBatchDefault  = 1000
 	// ListenBackoffDefault is the pause before listening again after the connection was lost.
-	ListenBackoffDefault  = time.Second
+	ListenBackoffDefault = time.Second
+	// ShutdownGraceDefault is how long the publishes in flight may go on after the dispatcher is
+	// stopped, unless PublishTimeout is shorter.
+	ShutdownGraceDefault  = 10 * time.Second
 	publishTimeoutDivisor = 2 // the default publish timeout is the lease divided by this
+	// markShare: a tenth of the lease is kept for marking the results, after the last publish
+	// that may start has timed out.
+	markShare = 10
+	// pruneMaxBatches bounds one maintenance round's pruning, with half the Maintenance period:
+	// a backlog of expired messages is worked off over several rounds.
+	pruneMaxBatches = 100
 )
 
 // Metric names, emitted through DispatcherConfig.Metrics.
 const (
-	MetricDelivered = "tempotent_outbox_delivered"      // counter: messages marked delivered
-	MetricRetried   = "tempotent_outbox_retried"        // counter: failed attempts that will be retried
-	MetricDead      = "tempotent_outbox_dead"           // counter: messages parked as dead
-	MetricLostClaim = "tempotent_outbox_lost_claim"     // counter: marks refused because the claim had ended
-	MetricBacklog   = "tempotent_outbox_backlog"        // gauge: pending messages
-	MetricOldestAge = "tempotent_outbox_oldest_seconds" // gauge: age of the oldest pending message
-	MetricDeadRows  = "tempotent_outbox_dead_rows"      // gauge: dead messages waiting for an operator
+	MetricDelivered  = "tempotent_outbox_delivered"      // counter: messages marked delivered
+	MetricRetried    = "tempotent_outbox_retried"        // counter: failed attempts that will be retried
+	MetricDead       = "tempotent_outbox_dead"           // counter: messages parked as dead
+	MetricLostClaim  = "tempotent_outbox_lost_claim"     // counter: marks refused because the claim had ended
+	MetricHandedBack = "tempotent_outbox_handed_back"    // counter: claimed messages handed back unpublished, no attempt counted
+	MetricPruned     = "tempotent_outbox_pruned"         // counter: delivered messages pruned past retention
+	MetricBacklog    = "tempotent_outbox_backlog"        // gauge: pending messages
+	MetricOldestAge  = "tempotent_outbox_oldest_seconds" // gauge: age of the oldest pending message
+	MetricDeadRows   = "tempotent_outbox_dead_rows"      // gauge: dead messages waiting for an operator
 )
 
 // DispatcherConfig configures a Dispatcher. The zero value is valid.
@@ -62,9 +73,13 @@ type DispatcherConfig struct {
 	// ConcurrencyDefault.
 	Concurrency int
 	// Lease is how long a claim keeps other dispatchers off a message. Default LeaseDefault.
+	// The dispatcher measures it from just before it sends the claim, and starts a publish only
+	// while the claim can cover all of it: a publish starts at the latest Lease - PublishTimeout
+	// - Lease/10 after the claim was sent; the rest of the batch is handed back (see Dispatcher).
 	Lease time.Duration
-	// PublishTimeout bounds one Publish call; it must leave the lease time to mark the result.
-	// Default Lease/2.
+	// PublishTimeout bounds one Publish call; it must leave a tenth of the lease to mark the
+	// result, and the shorter it is, the more of a batch a claim can publish behind a slow
+	// receiver. Default Lease/2.
 	PublishTimeout time.Duration
 	// Poll is how often the dispatcher looks for messages when no notification wakes it (and
 	// for messages whose backoff has ended). Default PollDefault.
@@ -84,6 +99,12 @@ type DispatcherConfig struct {
 	Metrics client.MetricsHandler
 	// Logger logs failed attempts and dead messages. Default slog.Default().
 	Logger *slog.Logger
+	// ShutdownGrace is how long the publishes in flight may go on once the dispatcher's context
+	// ends (Run's, or DispatchOnce's): they are then cancelled, and their messages handed back
+	// without counting the attempt, as are those of the batch never tried. It cannot exceed
+	// Lease; a publish never outlasts PublishTimeout anyway. Default ShutdownGraceDefault, or
+	// PublishTimeout when that is shorter.
+	ShutdownGrace time.Duration
 }
 
 // Dispatcher delivers an outbox's messages through a Publisher: at least once, never one message
@@ -91,10 +112,27 @@ type DispatcherConfig struct {
 // of dispatchers on one outbox, in one process or many; they share the work through
 // FOR UPDATE SKIP LOCKED and leases.
 //
-// "Never at once" rests on the lease: a claim's Publish is cancelled at PublishTimeout, before
-// the lease ends, and only the claim's own dispatcher can mark the result. A process frozen (not
-// dead) for longer than the lease can still be publishing when another claims the message, as
-// with any lease; receivers deduplicate on the message ID for that reason too.
+// "Never at once" rests on the lease, which the dispatcher measures on its own clock from just
+// before it sends the claim (the database starts it later, at the claim's now(), so the
+// dispatcher's reckoning ends first). A publish starts only if it can end, cancelled at
+// PublishTimeout, with a tenth of the lease still left to mark its result; a batch whose tail
+// cannot start in time (a slow receiver, a batch larger than Concurrency) hands that tail back
+// unpublished, releasing its claim and taking back the attempt the claim counted, for the next
+// claim of this dispatcher or another. The lease is never extended: a claim's reach is fixed
+// when it is made, so nothing but that claim's own clock decides whether a publish may start.
+// Marks are fenced on the claim (claimed_by and the attempt it counted): a dispatcher whose
+// claim ended cannot record anything over the claim that followed. A process frozen (not dead)
+// for longer than the lease can still be publishing when another claims the message, as with any
+// lease; receivers deduplicate on the message ID for that reason too.
+//
+// An ordered message is claimed only once every message before it on its key is delivered, so
+// one batch holds at most one message of a key, and a key's next message cannot be claimed, let
+// alone published, before its predecessor is marked delivered.
+//
+// An attempt counts only for a publish that started: messages handed back untried, and
+// publishes cancelled by a shutdown, are released with their attempt count as it was before the
+// claim. An attempt counted at a claim whose dispatcher then died stays counted, so that a
+// message that kills its dispatcher every time still ends dead.
 type Dispatcher struct {
 	o   *Outbox
 	pub Publisher
@@ -127,15 +165,19 @@ func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher
 	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.Maintenance = cmp.Or(c.Maintenance, MaintenanceDefault)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, min(ShutdownGraceDefault, c.PublishTimeout))
 	switch {
 	case c.Batch < 0 || c.Concurrency < 0 || c.MaxAttempts < 0:
 		return nil, fmt.Errorf("outbox.NewDispatcher: Batch (%d), Concurrency (%d) and MaxAttempts (%d) must be positive, or 0 for the default",
 			c.Batch, c.Concurrency, c.MaxAttempts)
 	case c.Lease < 0 || c.PublishTimeout < 0 || c.Poll < 0 || c.BackoffMin < 0 || c.BackoffMax < 0:
 		return nil, errors.New("outbox.NewDispatcher: durations must be positive, or 0 for the default")
-	case c.PublishTimeout >= c.Lease:
-		return nil, fmt.Errorf("outbox.NewDispatcher: PublishTimeout %s must be shorter than Lease %s, which must also cover marking the result",
+	case c.PublishTimeout >= c.Lease-c.Lease/markShare:
+		return nil, fmt.Errorf("outbox.NewDispatcher: PublishTimeout %s must be shorter than nine tenths of Lease %s: a tenth of the lease is kept for marking the result",
 			c.PublishTimeout, c.Lease)
+	case c.ShutdownGrace < 0 || c.ShutdownGrace > c.Lease:
+		return nil, fmt.Errorf("outbox.NewDispatcher: ShutdownGrace %s must be positive and no longer than Lease %s, or 0 for the default",
+			c.ShutdownGrace, c.Lease)
 	case c.BackoffMin > c.BackoffMax:
 		return nil, fmt.Errorf("outbox.NewDispatcher: BackoffMin %s is above BackoffMax %s", c.BackoffMin, c.BackoffMax)
 	}
@@ -149,13 +191,22 @@ func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher
 // Run dispatches until ctx ends, waking on the outbox's notifications and every Poll, and
 // maintains the table every Maintenance. It returns nil when ctx ends; database errors are
 // logged and retried, so a Postgres restart pauses it without stopping it.
+//
+// When ctx ends, Run claims nothing more, lets the publishes in flight finish within
+// ShutdownGrace, marks their results, and hands the rest of its batch back without counting an
+// attempt (see DispatcherConfig.ShutdownGrace), before it returns.
+//
+// The dispatchers running on one pool in a process share one LISTEN connection, opened outside
+// the pool with the pool's connection settings (its BeforeConnect and AfterConnect hooks are not
+// run for it). Each dispatcher takes a connection of the pool only for a claim, a mark or a
+// maintenance statement, one at a time; Run refuses to start (returns an error at once) a
+// dispatcher that would make more dispatchers on the pool than it has connections.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Go(func() { d.listen(ctx, wake) })
+	wake, unsubscribe, err := subscribe(d.o.db, d.o.cfg.Schema, d.log)
+	if err != nil {
+		return fmt.Errorf("outbox: dispatcher %s: %w", d.cfg.Name, err)
+	}
+	defer unsubscribe()
 
 	poll := time.NewTicker(d.cfg.Poll)
 	defer poll.Stop()
@@ -168,13 +219,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	for {
 		// Drain: a full batch says there may be more.
-		for {
+		for ctx.Err() == nil {
 			n, err := d.DispatchOnce(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
-					return nil
+					break
 				}
-				d.log.Warn("claim failed; retrying at the next poll", "err", err)
+				d.log.Warn("dispatch failed; retrying at the next poll", "err", err)
 				break
 			}
 			if n < d.cfg.Batch {
@@ -192,48 +243,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// listen holds a connection that LISTENs for Put's notifications and signals wake for each one
-// of this outbox's schema. On any error it drops the connection and listens again after a pause;
-// the poll covers the gap.
-func (d *Dispatcher) listen(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := d.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		d.log.Debug("listen ended; polling until it is back", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(ListenBackoffDefault):
-		}
-	}
-}
-
-func (d *Dispatcher) listenOnce(ctx context.Context, wake chan<- struct{}) error {
-	conn, err := d.o.db.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A LISTENing connection must not go back to the pool.
-	defer func() { _ = conn.Hijack().Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
-		return err
-	}
-	// A message put while no connection was listening (before the first LISTEN, or between a
-	// lost connection and this one) notified no one: one round now finds it, rather than the
-	// next poll.
-	signal(wake)
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == d.o.cfg.Schema {
-			signal(wake)
-		}
-	}
-}
-
 // signal wakes the dispatch loop, unless a wake-up is already pending.
 func signal(wake chan<- struct{}) {
 	select {
@@ -246,30 +255,52 @@ func signal(wake chan<- struct{}) {
 type claimed struct {
 	seq      int64
 	delivery Delivery
+	tried    bool  // Publish was called
 	err      error // Publish's result
+	// interrupted: Publish was cancelled by a shutdown, after its grace; it says nothing about
+	// the message.
+	interrupted bool
 }
 
-// DispatchOnce claims one batch, publishes it and marks the results, and returns how many
-// messages it claimed. Run calls it in a loop; call it yourself to dispatch from a job of your
-// own.
+// DispatchOnce claims one batch, publishes what of it the claim's lease can cover, marks the
+// results and hands the rest back, and returns how many messages it claimed. Run calls it in a
+// loop; call it yourself to dispatch from a job of your own.
+//
+// When ctx ends, DispatchOnce starts no more publishes; those in flight get ShutdownGrace to
+// finish. Their results are marked, and the messages not tried, or whose publish the grace cut
+// short, are handed back without counting an attempt; it then returns with a nil error.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
-	batch, err := d.claim(ctx)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	// A claim cut off by the shutdown could commit without its reply reaching us: its messages
+	// would stay held until the lease ends, an attempt counted. It runs under the grace instead,
+	// and what it took is handed back.
+	graceCtx, release := d.graceAfter(ctx)
+	defer release()
+	// Taken before the claim is sent: the database's lease starts later, at the claim's
+	// now(), so one measured from here ends first, whatever the round trip's latency.
+	claimedAt := time.Now()
+	batch, err := d.claim(graceCtx)
 	if err != nil || len(batch) == 0 {
 		return 0, err
 	}
-	d.publish(ctx, batch)
+	leaseEnd := claimedAt.Add(d.cfg.Lease)
+	d.publish(ctx, graceCtx, leaseEnd, batch)
 	failpoint.Hit(failpoint.AfterPublish)
 	// Marks go out even when ctx has ended: a delivered message left unmarked is delivered
-	// again. They are bounded by what remains of the lease.
-	markCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Lease-d.cfg.PublishTimeout)
+	// again, and an untried one stays claimed until its lease ends. They are bounded by the
+	// lease: past it, another dispatcher may hold the messages, and the fence would refuse them.
+	markCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
 	defer cancel()
 	return len(batch), d.mark(markCtx, batch)
 }
 
 // claim takes up to Batch ready messages: pending, out of backoff, not under a live claim, and,
 // for ordered ones, with no undelivered message before them on their key. It counts the attempt
-// now, and parks as dead the messages that have had MaxAttempts claims already, instead of
-// handing them out again.
+// now (mark takes it back from a message handed back unpublished), and parks as dead, without
+// counting another, the messages that have had MaxAttempts claims already, instead of handing
+// them out again.
 func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 	var topics []string
 	if len(d.cfg.Topics) > 0 {
@@ -295,7 +326,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 		}
 		if state == "dead" {
 			d.met.Counter(MetricDead).Inc(1)
-			d.log.Error("message parked as dead: it used up its attempts without an outcome", "id", m.ID, "topic", m.Topic, "attempts", m.Attempt-1)
+			d.log.Error("message parked as dead: it used up its attempts without an outcome", "id", m.ID, "topic", m.Topic, "attempts", m.Attempt)
 			continue
 		}
 		batch = append(batch, &c)
@@ -344,7 +375,7 @@ func claimStatement(table string) string {
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
 		UPDATE ` + table + ` m SET
-			attempts    = m.attempts + 1,
+			attempts    = CASE WHEN m.attempts < $4 THEN m.attempts + 1 ELSE m.attempts END,
 			lease_until = CASE WHEN m.attempts < $4 THEN now() + $3::bigint * interval '1 microsecond' END,
 			claimed_by  = $5,
 			state       = CASE WHEN m.attempts < $4 THEN 'pending' ELSE 'dead' END,
@@ -354,20 +385,60 @@ func claimStatement(table string) string {
 		RETURNING m.seq, m.state, m.id, m.topic, coalesce(m.ordering_key, ''), m.payload, m.headers, m.attempts, m.created_at`
 }
 
-// publish publishes batch with up to Concurrency calls at once, each bounded by PublishTimeout.
-func (d *Dispatcher) publish(ctx context.Context, batch []*claimed) {
+// publish publishes batch with up to Concurrency calls at once, each bounded by PublishTimeout,
+// and starts a call only while it can end, and its result be marked, before leaseEnd: the
+// messages it does not reach stay untried. When ctx ends it starts no more; the calls in flight
+// run under graceCtx, which ends ShutdownGrace later (graceAfter).
+func (d *Dispatcher) publish(ctx, graceCtx context.Context, leaseEnd time.Time, batch []*claimed) {
+	startBy := leaseEnd.Add(-d.cfg.PublishTimeout - d.cfg.Lease/markShare)
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, c := range batch {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		// Looked at after the wait for a slot, which may have outlasted either.
+		if ctx.Err() != nil || time.Now().After(startBy) {
+			return
+		}
+		c.tried = true
 		wg.Go(func() {
 			defer func() { <-sem }()
-			pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+			pctx, cancel := context.WithTimeout(graceCtx, d.cfg.PublishTimeout)
 			defer cancel()
 			c.err = d.publishOne(pctx, c.delivery)
+			c.interrupted = c.err != nil && graceCtx.Err() != nil
 		})
 	}
-	wg.Wait()
+}
+
+// graceAfter returns a context that ends ShutdownGrace after ctx does, and a function that
+// releases it, which must be called.
+func (d *Dispatcher) graceAfter(ctx context.Context) (context.Context, func()) {
+	graceCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	released := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released {
+			timer = time.AfterFunc(d.cfg.ShutdownGrace, cancel)
+		}
+	})
+	return graceCtx, func() {
+		stop()
+		mu.Lock()
+		released = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // publishOne publishes d, turning a panic in the publisher into a failed attempt: a message that
@@ -383,16 +454,20 @@ func (d *Dispatcher) publishOne(ctx context.Context, dl Delivery) (err error) {
 }
 
 // mark records each result under this dispatcher's claim: delivered, retried after a backoff,
-// or dead. A row whose claim was lost (its lease ended and another dispatcher claimed it) is
-// left alone.
+// or dead; and hands back, without the attempt the claim counted, the messages that were not
+// tried or whose publish a shutdown cut short. Every statement is fenced on the claim
+// (claimed_by and attempts): a row whose claim was lost (its lease ended and another dispatcher
+// claimed it) is left alone.
 func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
-	var seqs []int64
-	var attempts []int32
+	var delivered, handBack []*claimed
 	b := &pgx.Batch{}
 	for _, c := range batch {
-		if c.err == nil {
-			seqs = append(seqs, c.seq)
-			attempts = append(attempts, int32(c.delivery.Attempt))
+		switch {
+		case !c.tried || c.interrupted:
+			handBack = append(handBack, c)
+			continue
+		case c.err == nil:
+			delivered = append(delivered, c)
 			continue
 		}
 		msg := c.err.Error()
@@ -417,7 +492,8 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 			return nil
 		})
 	}
-	if len(seqs) > 0 {
+	if len(delivered) > 0 {
+		seqs, attempts := claims(delivered)
 		b.Queue(`UPDATE `+d.o.table+` m SET state = 'delivered', delivered_at = now(), lease_until = NULL
 			FROM unnest($1::bigint[], $2::int[]) AS r(seq, attempts)
 			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = $3 AND m.state = 'pending'`,
@@ -430,10 +506,32 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 			return nil
 		})
 	}
+	if len(handBack) > 0 {
+		// claimed_by is cleared so that no mark of an earlier claim by this dispatcher, at the
+		// attempt count restored here, can match the row.
+		seqs, attempts := claims(handBack)
+		b.Queue(`UPDATE `+d.o.table+` m SET attempts = m.attempts - 1, lease_until = NULL, claimed_by = NULL
+			FROM unnest($1::bigint[], $2::int[]) AS r(seq, attempts)
+			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = $3 AND m.state = 'pending'`,
+			seqs, attempts, d.cfg.Name).Exec(func(ct pgconn.CommandTag) error {
+			d.met.Counter(MetricHandedBack).Inc(ct.RowsAffected())
+			d.log.Debug("handed back messages not published: their claim could not cover them, or the dispatcher is stopping", "count", ct.RowsAffected())
+			return nil
+		})
+	}
 	if err := d.o.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("outbox: mark %d results (the messages will be delivered again after their lease): %w", len(batch), err)
 	}
 	return nil
+}
+
+// claims returns the sequence numbers and attempt counts that fence cs' marks.
+func claims(cs []*claimed) (seqs []int64, attempts []int32) {
+	for _, c := range cs {
+		seqs = append(seqs, c.seq)
+		attempts = append(attempts, int32(c.delivery.Attempt))
+	}
+	return seqs, attempts
 }
 
 // counted counts one mark under name, or a lost claim when the mark matched no row.
@@ -459,11 +557,33 @@ func (d *Dispatcher) backoff(attempt int) time.Duration {
 	return d.cfg.BackoffMin + rand.N(ceiling-d.cfg.BackoffMin)
 }
 
-// maintain prunes delivered messages past retention and refreshes the backlog gauges; it logs
-// rather than returns its errors, which the next round retries.
+// maintain prunes delivered messages past retention, batch after batch until a short one, for
+// at most pruneMaxBatches batches and half the Maintenance period (the rest waits for the next
+// round), and refreshes the backlog gauges; it logs rather than returns its errors, which the
+// next round retries.
 func (d *Dispatcher) maintain(ctx context.Context) {
-	if _, err := d.o.Prune(ctx, PruneBatchDefault); err != nil && ctx.Err() == nil {
-		d.log.Warn("prune failed; retrying at the next maintenance", "err", err)
+	var pruned int64
+	until := time.Now().Add(d.cfg.Maintenance / 2)
+	for batches := 1; ; batches++ {
+		n, err := d.o.Prune(ctx, PruneBatchDefault)
+		pruned += n
+		d.met.Counter(MetricPruned).Inc(n)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("prune failed; retrying at the next maintenance", "err", err, "pruned", pruned)
+			}
+			break
+		}
+		if n < PruneBatchDefault {
+			if pruned > 0 {
+				d.log.Info("pruned delivered messages past retention", "count", pruned)
+			}
+			break
+		}
+		if batches >= pruneMaxBatches || time.Now().After(until) {
+			d.log.Warn("pruning stopped at its bound for one round; the next rounds go on with the rest", "pruned", pruned, "batches", batches)
+			break
+		}
 	}
 	st, err := d.o.Stats(ctx)
 	if err != nil {

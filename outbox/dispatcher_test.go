@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -368,13 +367,8 @@ func TestRunSurvivesLostConnections(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	_, name := setup(t, nil)
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	require.NoError(t, err)
 	app := "tempotent-dispatcher-" + name
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := ownPool(t, 4, app)
 	o, err := outbox.New(pool, &outbox.Config{Schema: name})
 	require.NoError(t, err)
 	r := newRecorder()

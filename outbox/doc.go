@@ -24,11 +24,15 @@
 //
 // Dispatchers claim batches with FOR UPDATE SKIP LOCKED under a lease, counting the attempt at
 // claim, publish them through a Publisher, and mark each one delivered, retried after a backoff
-// (exponential, with jitter), or dead after MaxAttempts or a Permanent error. Any number of
-// dispatchers share an outbox; a message is never published by two of them at once while their
-// leases hold (see Dispatcher). They wake on Put's NOTIFY, poll as a fallback, and prune
-// delivered messages after the outbox's retention. Messages with an OrderingKey are delivered one
-// at a time per key in commit order; a dead one holds its key until Requeue or Discard.
+// (exponential, with jitter), or dead after MaxAttempts or a Permanent error. A publish starts
+// only while the claim's lease can cover it and its mark; the part of a batch that a slow
+// receiver leaves no time for is handed back unpublished, its attempt taken back, and so is the
+// rest of a batch when the dispatcher is stopped (see DispatcherConfig.ShutdownGrace). Any number
+// of dispatchers share an outbox; a message is never published by two of them at once while
+// their leases hold (see Dispatcher). They wake on Put's NOTIFY, through one LISTEN connection
+// per pool outside it, poll as a fallback, and prune delivered messages after the outbox's
+// retention. Messages with an OrderingKey are delivered one at a time per key in commit order; a
+// dead one holds its key until Requeue or Discard.
 //
 // Delivery is at least once: a dispatcher that dies after publishing and before marking
 // publishes again after the lease. Publishers pass the message ID on so that the receiver absorbs

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -23,14 +24,20 @@ const (
 // one twice on its own, and outcomes are classified by downstream.Check: a 2xx is delivered, a
 // 4xx other than 408, 409 and 429 is permanent (the message is parked as dead), anything else is
 // retried.
+//
+// Redirects are not followed: net/http would follow a 301, 302 or 303 with a GET without the
+// body, and the answer to that GET says nothing about the message. A 3xx is a failed attempt,
+// retried like a 5xx, whose error names the status and the Location it pointed to: give the
+// publisher the final URL.
 type HTTPPublisher struct {
 	// URL receives every message, unless Route is set.
 	URL string
 	// Route, when set, gives each message's URL; an error from it is permanent.
 	Route func(Delivery) (string, error)
 	// Client sends the requests; its Transport (default http.DefaultTransport) is wrapped in a
-	// downstream.Transport. Default: a client without a timeout of its own (the dispatcher's
-	// PublishTimeout bounds each call).
+	// downstream.Transport, and its CheckRedirect is replaced by one that follows nothing.
+	// Default: a client without a timeout of its own (the dispatcher's PublishTimeout bounds
+	// each call).
 	Client *http.Client
 	// Header names the idempotency header; default downstream.HeaderDefault (Idempotency-Key).
 	Header string
@@ -64,6 +71,7 @@ func (p *HTTPPublisher) Publish(ctx context.Context, d Delivery) error {
 		client = *p.Client
 		client.Transport = &downstream.Transport{Base: p.Client.Transport, Header: p.Header}
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)
 	if err := downstream.Check(req, resp, err); err != nil {
 		if e, ok := downstream.As(err); ok && !e.Kind.Retryable() {
@@ -71,6 +79,11 @@ func (p *HTTPPublisher) Publish(ctx context.Context, d Delivery) error {
 		}
 		return err
 	}
-	_ = resp.Body.Close()
+	defer resp.Body.Close()
+	// downstream.Check takes any status below 400 as success; only a 2xx delivers.
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("outbox: POST %s answered %s, redirecting to %q: the message was not delivered; give the publisher the URL that accepts it",
+			req.URL.Redacted(), resp.Status, resp.Header.Get("Location"))
+	}
 	return nil
 }

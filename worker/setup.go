@@ -158,10 +158,17 @@ func (e *Env) NewWorker() sdkworker.Worker {
 }
 
 // Dispatch adds a dispatcher of the worker's outbox through pub, which Run runs beside the
-// worker until it stops. cfg's Logger defaults to the worker's; give cfg.Metrics the handler of your client.Options to
-// have its gauges beside the worker's. Call it before Run;
-// several dispatchers (for different Topics) may run, in as many workers as you like.
+// worker until it stops. cfg's Logger defaults to the worker's; give cfg.Metrics the handler of
+// your client.Options to have its gauges beside the worker's. Call it before Run; several
+// dispatchers (for different Topics) may run, in as many workers as you like. They share one
+// LISTEN connection outside the pool, and each takes a connection of the pool only for a claim or
+// a mark at a time; Dispatch refuses a dispatcher more than the pool has connections (MaxConns,
+// pool_max_conns in DATABASE_URL), which would leave the activities' receipts waiting behind them.
 func (e *Env) Dispatch(pub outbox.Publisher, cfg *outbox.DispatcherConfig) error {
+	if n, maxConns := len(e.dispatchers)+1, e.Pool.Config().MaxConns; int64(n) > int64(maxConns) {
+		return fmt.Errorf("%d dispatchers on a pool of MaxConns %d would leave the receipts no connection: raise pool_max_conns in DATABASE_URL, or serve several topics from one dispatcher (DispatcherConfig.Topics)",
+			n, maxConns)
+	}
 	var c outbox.DispatcherConfig
 	if cfg != nil {
 		c = *cfg
@@ -180,7 +187,8 @@ func (e *Env) Dispatch(pub outbox.Publisher, cfg *outbox.DispatcherConfig) error
 // Run runs w, the dispatchers that Dispatch added, and the purger of expired receipts (see
 // Config.PurgeEvery), until ctx ends or the process gets SIGINT or SIGTERM. Then it stops
 // polling and gives running activities ShutdownGrace to finish before it returns; dispatchers
-// finish the batch they hold.
+// claim nothing more, let their publishes in flight finish within their own ShutdownGrace
+// (outbox.DispatcherConfig), and hand the rest of their batch back without counting an attempt.
 func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -191,7 +199,11 @@ func (e *Env) Run(ctx context.Context, w sdkworker.Worker) error {
 		"dispatchers", len(e.dispatchers))
 	var wg sync.WaitGroup
 	for _, d := range e.dispatchers {
-		wg.Go(func() { _ = d.Run(ctx) })
+		wg.Go(func() {
+			if err := d.Run(ctx); err != nil {
+				e.Log.Error("outbox dispatcher did not start", "err", err)
+			}
+		})
 	}
 	if e.Config.PurgeEvery > 0 {
 		wg.Go(func() { e.purgeLoop(ctx) })

@@ -1,0 +1,41 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/schema"
+)
+
+// One maintenance round prunes every delivered message past retention, batch after batch, not
+// one batch a round: at one batch a minute, an outbox delivering more than PruneBatchDefault
+// messages a minute grows without bound.
+func TestMaintenancePrunesMoreThanOneBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := pgtest.Schema(t)
+	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	o, err := New(pgtest.Pool(t), &Config{Schema: name, Retention: time.Hour})
+	require.NoError(t, err)
+	const expired = 2*PruneBatchDefault + 500
+	_, err = pgtest.Pool(t).Exec(ctx, `INSERT INTO `+o.table+` (id, topic, payload, digest, state, delivered_at)
+		SELECT 'old-' || g, 't', '\x00', '\x00', 'delivered', now() - interval '2 hours' FROM generate_series(1, $1) AS g`, expired)
+	require.NoError(t, err)
+	_, err = pgtest.Pool(t).Exec(ctx, `INSERT INTO `+o.table+` (id, topic, payload, digest, state, delivered_at)
+		VALUES ('recent', 't', '\x00', '\x00', 'delivered', now()), ('pending', 't', '\x00', '\x00', 'pending', NULL)`)
+	require.NoError(t, err)
+	d, err := NewDispatcher(o, PublisherFunc(func(context.Context, Delivery) error { return nil }), &DispatcherConfig{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	d.maintain(ctx)
+	var old, kept int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'old-%'), count(*) FILTER (WHERE id IN ('recent', 'pending'))
+		FROM `+o.table).Scan(&old, &kept))
+	require.Zero(t, old, "one maintenance round left expired delivered messages")
+	require.Equal(t, 2, kept, "a message within retention, or a pending one, was pruned")
+}
