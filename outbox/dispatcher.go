@@ -61,8 +61,9 @@ const (
 
 // DispatcherConfig configures a Dispatcher. The zero value is valid.
 type DispatcherConfig struct {
-	// Name identifies this dispatcher in the claims it makes (the outbox's claimed_by column).
-	// Default: host name, process ID and a random suffix.
+	// Name identifies this dispatcher in the claims it makes: the outbox's claimed_by column
+	// holds it, then "#" and a random identity of the claim, which the marks are fenced on (two
+	// dispatchers may share a name). Default: host name, process ID and a random suffix.
 	Name string
 	// Topics restricts the dispatcher to these topics, so that different publishers can serve
 	// different topics. Empty: every topic.
@@ -254,6 +255,7 @@ func signal(wake chan<- struct{}) {
 // claimed is a message this dispatcher holds a claim on.
 type claimed struct {
 	seq      int64
+	by       string // the claim's identity, in claimed_by: the dispatcher's name and a random suffix
 	delivery Delivery
 	tried    bool  // Publish was called
 	err      error // Publish's result
@@ -306,7 +308,8 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 	if len(d.cfg.Topics) > 0 {
 		topics = d.cfg.Topics
 	}
-	res := d.o.db.SendBatch(ctx, claimBatch(d.o.table, topics, d.cfg.Batch, d.cfg.Lease, d.cfg.MaxAttempts, d.cfg.Name))
+	by := d.claimIdentity()
+	res := d.o.db.SendBatch(ctx, claimBatch(d.o.table, topics, d.cfg.Batch, d.cfg.Lease, d.cfg.MaxAttempts, by))
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
@@ -317,7 +320,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
 	}
 	var batch []*claimed
 	for rows.Next() {
-		var c claimed
+		c := claimed{by: by}
 		var state string
 		m := &c.delivery
 		if err := rows.Scan(&c.seq, &state, &m.ID, &m.Topic, &m.OrderingKey, &m.Payload, &m.Headers, &m.Attempt, &m.CreatedAt); err != nil {
@@ -474,7 +477,7 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 		if IsPermanent(c.err) || c.delivery.Attempt >= d.cfg.MaxAttempts {
 			b.Queue(`UPDATE `+d.o.table+` SET state = 'dead', lease_until = NULL, last_error = $4
 				WHERE seq = $1 AND attempts = $2 AND claimed_by = $3 AND state = 'pending'`,
-				c.seq, c.delivery.Attempt, d.cfg.Name, msg).Exec(func(ct pgconn.CommandTag) error {
+				c.seq, c.delivery.Attempt, c.by, msg).Exec(func(ct pgconn.CommandTag) error {
 				d.counted(ct, MetricDead, c)
 				if ct.RowsAffected() == 1 {
 					d.log.Error("message parked as dead", "id", c.delivery.ID, "topic", c.delivery.Topic, "attempt", c.delivery.Attempt, "err", msg)
@@ -486,18 +489,18 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 		backoff := d.backoff(c.delivery.Attempt)
 		b.Queue(`UPDATE `+d.o.table+` SET lease_until = NULL, available_at = now() + $4::bigint * interval '1 microsecond', last_error = $5
 			WHERE seq = $1 AND attempts = $2 AND claimed_by = $3 AND state = 'pending'`,
-			c.seq, c.delivery.Attempt, d.cfg.Name, backoff.Microseconds(), msg).Exec(func(ct pgconn.CommandTag) error {
+			c.seq, c.delivery.Attempt, c.by, backoff.Microseconds(), msg).Exec(func(ct pgconn.CommandTag) error {
 			d.counted(ct, MetricRetried, c)
 			d.log.Warn("publish failed; will retry", "id", c.delivery.ID, "topic", c.delivery.Topic, "attempt", c.delivery.Attempt, "in", backoff, "err", msg)
 			return nil
 		})
 	}
 	if len(delivered) > 0 {
-		seqs, attempts := claims(delivered)
+		seqs, attempts, bys := claims(delivered)
 		b.Queue(`UPDATE `+d.o.table+` m SET state = 'delivered', delivered_at = now(), lease_until = NULL
-			FROM unnest($1::bigint[], $2::int[]) AS r(seq, attempts)
-			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = $3 AND m.state = 'pending'`,
-			seqs, attempts, d.cfg.Name).Exec(func(ct pgconn.CommandTag) error {
+			FROM unnest($1::bigint[], $2::int[], $3::text[]) AS r(seq, attempts, claimed_by)
+			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = r.claimed_by AND m.state = 'pending'`,
+			seqs, attempts, bys).Exec(func(ct pgconn.CommandTag) error {
 			d.met.Counter(MetricDelivered).Inc(ct.RowsAffected())
 			if lost := int64(len(seqs)) - ct.RowsAffected(); lost > 0 {
 				d.met.Counter(MetricLostClaim).Inc(lost)
@@ -509,11 +512,11 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 	if len(handBack) > 0 {
 		// claimed_by is cleared so that no mark of an earlier claim by this dispatcher, at the
 		// attempt count restored here, can match the row.
-		seqs, attempts := claims(handBack)
+		seqs, attempts, bys := claims(handBack)
 		b.Queue(`UPDATE `+d.o.table+` m SET attempts = m.attempts - 1, lease_until = NULL, claimed_by = NULL
-			FROM unnest($1::bigint[], $2::int[]) AS r(seq, attempts)
-			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = $3 AND m.state = 'pending'`,
-			seqs, attempts, d.cfg.Name).Exec(func(ct pgconn.CommandTag) error {
+			FROM unnest($1::bigint[], $2::int[], $3::text[]) AS r(seq, attempts, claimed_by)
+			WHERE m.seq = r.seq AND m.attempts = r.attempts AND m.claimed_by = r.claimed_by AND m.state = 'pending'`,
+			seqs, attempts, bys).Exec(func(ct pgconn.CommandTag) error {
 			d.met.Counter(MetricHandedBack).Inc(ct.RowsAffected())
 			d.log.Debug("handed back messages not published: their claim could not cover them, or the dispatcher is stopping", "count", ct.RowsAffected())
 			return nil
@@ -525,13 +528,26 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 	return nil
 }
 
-// claims returns the sequence numbers and attempt counts that fence cs' marks.
-func claims(cs []*claimed) (seqs []int64, attempts []int32) {
+// claims returns the sequence numbers, attempt counts and claim identities that fence cs' marks.
+func claims(cs []*claimed) (seqs []int64, attempts []int32, bys []string) {
 	for _, c := range cs {
 		seqs = append(seqs, c.seq)
 		attempts = append(attempts, int32(c.delivery.Attempt))
+		bys = append(bys, c.by)
 	}
-	return seqs, attempts
+	return seqs, attempts, bys
+}
+
+// claimIdentity names one claim: the dispatcher's name and 64 random bits. The marks are fenced
+// on it and on the attempt the claim counted. The name alone is not enough: Requeue sets a dead
+// message's attempts back to 0, so a dispatcher frozen since an earlier claim at attempt n, under
+// a name that claimed the message again at attempt n after the requeue (the same Name configured
+// on two workers, or the same Dispatcher called from two goroutines), would mark a claim it does
+// not hold.
+func (d *Dispatcher) claimIdentity() string {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return d.cfg.Name + "#" + hex.EncodeToString(b[:])
 }
 
 // counted counts one mark under name, or a lost claim when the mark matched no row.

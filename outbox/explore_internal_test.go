@@ -383,7 +383,7 @@ func (x *dispatchExplorer) begin(name string, dl Delivery) (gen int, leaseUntil 
 	switch {
 	case err != nil:
 		x.violated("%s: observe the start of a publish: %v", dl.ID, err)
-	case state != "pending" || claimedBy != name || attempts != dl.Attempt:
+	case state != "pending" || !claimedByName(claimedBy, name) || attempts != dl.Attempt:
 		x.violated("%s: %s publishes attempt %d without its claim: the row is %s, claimed by %q at %d", dl.ID, name, dl.Attempt, state, claimedBy, attempts)
 	case leftUS <= 0:
 		x.violated("%s: %s starts publishing attempt %d %dms after its claim's lease ended", dl.ID, name, dl.Attempt, -leftUS/1000)
@@ -403,7 +403,7 @@ func (x *dispatchExplorer) end(name string, dl Delivery, gen int, leaseUntil tim
 	)
 	qerr := x.obs.QueryRow(context.Background(), `SELECT state, coalesce(claimed_by, ''), attempts, clock_timestamp() < $2
 		FROM `+x.o.table+` WHERE id = $1`, dl.ID, leaseUntil).Scan(&state, &claimedBy, &attempts, &live)
-	if qerr == nil && live && (state != "pending" || claimedBy != name || attempts != dl.Attempt) {
+	if qerr == nil && live && (state != "pending" || !claimedByName(claimedBy, name) || attempts != dl.Attempt) {
 		x.violated("%s: while %s's claim at attempt %d was live and publishing, the row became %s, claimed by %q at %d",
 			dl.ID, name, dl.Attempt, state, claimedBy, attempts)
 	}
@@ -486,7 +486,7 @@ func (x *dispatchExplorer) failed(name string, err error) {
 // publish.
 func (x *dispatchExplorer) abandoned(name string) {
 	rows, err := x.obs.Query(context.Background(), `SELECT id, attempts FROM `+x.o.table+`
-		WHERE claimed_by = $1 AND state = 'pending' AND lease_until IS NOT NULL`, name)
+		WHERE starts_with(claimed_by, $1 || '#') AND state = 'pending' AND lease_until IS NOT NULL`, name)
 	if err != nil {
 		x.violated("read %s's claims: %v", name, err)
 		return
@@ -543,11 +543,11 @@ func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool
 	// It resumes once another dispatcher has claimed one of its messages again, or two leases
 	// later: its marks then meet the claim that followed, likely still publishing.
 	time.Sleep(time.Until(leaseEnd))
-	seqs, attempts := claims(batch)
+	seqs, attempts, bys := claims(batch)
 	for until := time.Now().Add(2 * d.cfg.Lease); time.Now().Before(until); time.Sleep(2 * time.Millisecond) {
 		var taken bool
 		err := x.obs.QueryRow(ctx, `SELECT EXISTS (SELECT FROM unnest($1::bigint[], $2::int[]) AS r(seq, attempts) JOIN `+x.o.table+` m USING (seq)
-			WHERE m.attempts <> r.attempts OR m.claimed_by IS DISTINCT FROM $3)`, seqs, attempts, d.cfg.Name).Scan(&taken)
+			WHERE m.attempts <> r.attempts OR m.claimed_by IS DISTINCT FROM $3)`, seqs, attempts, bys[0]).Scan(&taken)
 		if err != nil || taken {
 			break
 		}
@@ -690,7 +690,8 @@ func (x *dispatchExplorer) check(ctx context.Context) error {
 			errs = append(errs, fmt.Sprintf("%s: lost: neither delivered, dead nor discarded", id))
 			continue
 		case s.state == "delivered":
-			if !x.acks[ack{id: id, gen: x.gen[id], attempt: s.attempts, dispatcher: s.claimedBy}] {
+			name, _, _ := strings.Cut(s.claimedBy, "#") // the dispatcher's name, less the claim's identity
+			if !x.acks[ack{id: id, gen: x.gen[id], attempt: s.attempts, dispatcher: name}] {
 				errs = append(errs, fmt.Sprintf("%s: delivered by %s's claim at attempt %d, which no publish acknowledged", id, s.claimedBy, s.attempts))
 			}
 		case s.state == "dead":
@@ -710,3 +711,7 @@ func (x *dispatchExplorer) check(ctx context.Context) error {
 	}
 	return nil
 }
+
+// claimedByName reports whether claimedBy (a claim's identity) names a claim of the dispatcher
+// called name.
+func claimedByName(claimedBy, name string) bool { return strings.HasPrefix(claimedBy, name+"#") }

@@ -21,7 +21,7 @@ func leaseLeft(ctx context.Context, t *testing.T, name, id, claimer string, atte
 	var leftUS int64
 	var held bool
 	err := pgtest.Pool(t).QueryRow(ctx, `SELECT coalesce((extract(epoch FROM lease_until - clock_timestamp()) * 1e6)::bigint, 0),
-			coalesce(claimed_by = $2 AND attempts = $3 AND state = 'pending', false)
+			coalesce(starts_with(claimed_by, $2 || '#') AND attempts = $3 AND state = 'pending', false)
 		FROM `+name+`.outbox WHERE id = $1`, id, claimer, attempt).Scan(&leftUS, &held)
 	if err != nil {
 		return 0, false
@@ -170,6 +170,55 @@ func TestLateDeliveredMarkCannotTakeAnotherClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, row{State: "pending", Attempts: 2, Error: "the receiver refused the second attempt"}, rowOf(t, name, "m"),
 		"the first dispatcher's late mark overwrote the second claim")
+}
+
+// A dispatcher frozen between publishing and marking must not mark a claim it no longer holds,
+// even one made later under the same Name at the same attempt: Requeue sets a dead message's
+// attempts back to 0, so after it the name and the attempt no longer tell two claims apart. The
+// late mark of a failed publish would release the live claim's lease while it publishes, and a
+// third dispatcher could then publish the message at the same time.
+func TestLateMarkCannotTakeAClaimAfterARequeue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, name := setup(t, nil)
+	put(t, ctx, o, outbox.Message{ID: "m", Topic: "t"})
+	// The same Name on every dispatcher, as when one name is configured on several workers.
+	cfg := outbox.DispatcherConfig{Name: "same", BackoffMin: time.Hour, BackoffMax: time.Hour}
+	refuses := newDispatcher(t, o, outbox.PublisherFunc(func(context.Context, outbox.Delivery) error {
+		return outbox.Permanent(errors.New("the receiver refused it for good"))
+	}), cfg)
+	started, release := make(chan struct{}), make(chan struct{})
+	live := newDispatcher(t, o, outbox.PublisherFunc(func(context.Context, outbox.Delivery) error {
+		close(started)
+		<-release
+		return nil
+	}), cfg)
+	liveDone := make(chan error, 1)
+	frozen := newDispatcher(t, o, outbox.PublisherFunc(func(context.Context, outbox.Delivery) error {
+		// Frozen after publishing attempt 1: the lease ends, another claim parks the message
+		// as dead, an operator requeues it, and a new claim at attempt 1 is publishing when
+		// this one wakes with its answer.
+		_, err := pgtest.Pool(t).Exec(ctx, "UPDATE "+name+".outbox SET lease_until = now() - interval '1 second'")
+		require.NoError(t, err)
+		_, err = refuses.DispatchOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "dead", rowOf(t, name, "m").State)
+		require.NoError(t, o.Requeue(ctx, "m"))
+		go func() { _, err := live.DispatchOnce(ctx); liveDone <- err }()
+		<-started
+		return errors.New("the frozen dispatcher's late failure")
+	}), cfg)
+	_, err := frozen.DispatchOnce(ctx)
+	require.NoError(t, err)
+
+	var leased bool
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT lease_until > now() FROM "+name+".outbox WHERE id = 'm'").Scan(&leased))
+	r := rowOf(t, name, "m")
+	require.True(t, leased && r.Error != "the frozen dispatcher's late failure",
+		"the frozen dispatcher's late mark released the live claim: %+v, lease live %t", r, leased)
+	close(release)
+	require.NoError(t, <-liveDone)
+	require.Equal(t, "delivered", rowOf(t, name, "m").State)
 }
 
 // FAULTS.md row 28: a worker shut down gracefully mid-batch. The publishes in flight finish and
