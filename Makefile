@@ -70,22 +70,42 @@ SCALE_ROWS ?= 10000000
 bench-scale: ## Receipts at scale (SCALE_ROWS=10000000, ~12 min): latency against an empty table and partitioned, purge by DELETE against a retired day, Store.Partition online.
 	cd bench && $(GO) run . -rows 11 -scale-rows $(SCALE_ROWS) -temporal-cli $(CURDIR)/$(BIN)/temporal
 
-# make test explores 300 histories (the test's default) on each table layout; this runs N of
-# them from SEED, or replays one failing history with N=1 SEED=<its seed>; PARTITIONED=1
-# explores the partitioned table.
+# make test runs each explorer bounded: 300 histories of the receipt state machine on each table
+# layout, 4 of the dispatchers, 24 sagas, 300 key-API programs (2 of them on the dev server).
+# make explore runs them long from SEED: N receipt histories (PARTITIONED=1 on the partitioned
+# table), DISPATCH_N dispatcher histories, SAGAS_N sagas and KEYS_N key-API programs (KEYS_N/100
+# on the dev server); EXPLORERS picks some. A failing history prints the seed and the command
+# that replays it (for example EXPLORERS=dispatchers DISPATCH_N=1 SEED=<its seed>).
 SEED ?= 1
-explore: ## Explore N histories of the receipt state machine from SEED (N=3000: about two minutes; PARTITIONED=1: about fifteen).
-	TEMPOTENT_TEST_PARTITIONED=$(PARTITIONED) TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) $(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/
+EXPLORERS ?= receipts dispatchers compensations keys
+DISPATCH_N ?= 40
+SAGAS_N ?= 300
+KEYS_N ?= 3000
+explore: ## Explore from SEED: receipts (N=3000, ~2 min; PARTITIONED=1 ~15), dispatchers (DISPATCH_N=40, ~4 min), compensations (SAGAS_N=300), key API (KEYS_N=3000); EXPLORERS= picks.
+	for e in $(EXPLORERS); do echo "== explore $$e from seed $(SEED)"; case $$e in \
+	receipts) TEMPOTENT_TEST_PARTITIONED=$(PARTITIONED) TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) \
+		$(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/ ;; \
+	dispatchers) TEMPOTENT_EXPLORE_OUTBOX_N=$(DISPATCH_N) TEMPOTENT_EXPLORE_SEED=$(SEED) \
+		$(GO) test -count=1 -run '^TestExploreDispatchers$$' -timeout 60m ./outbox/ ;; \
+	compensations) TEMPOTENT_EXPLORE_SAGAS_N=$(SAGAS_N) TEMPOTENT_EXPLORE_SEED=$(SEED) \
+		$(GO) test -count=1 -run '^TestExploreCompensations$$' -timeout 60m ./saga/ ;; \
+	keys) TEMPOTENT_EXPLORE_KEYS_N=$(KEYS_N) TEMPOTENT_EXPLORE_SEED=$(SEED) \
+		$(GO) test -count=1 -run '^TestKeyModel' -timeout 60m ./keys/ ;; \
+	*) echo "unknown explorer $$e (receipts, dispatchers, compensations, keys)"; exit 2 ;; \
+	esac || exit 1; done
 
 # Mutation testing with gremlins, installed into bin/ at a pinned version (a tool, not a
 # dependency of the module). Each mutant runs its package's tests against the real Postgres;
 # the exploration runs 100 histories per mutant to keep the whole run near an hour on 2 cores.
-# MUTATION.md lists the mutants that survive and why they cannot change behaviour.
-MUTATE_PKGS ?= keys saga activity
-mutate: $(GREMLINS) ## Mutation-test keys/, saga/ and activity/ with their unit tests (about an hour); prints each score.
+# MUTATION.md lists the mutants that survive and why they cannot change behaviour. MUTATE_DIFF=REV
+# mutates only the lines changed since REV (what CI runs on a day's changes).
+MUTATE_PKGS ?= keys saga activity outbox inbox webhook downstream
+MUTATE_DIFF ?=
+mutate: $(GREMLINS) ## Mutation-test every package the promise rests on (MUTATE_PKGS; hours in all, activity about one); prints each score.
 	for p in $(MUTATE_PKGS); do \
 		echo "== gremlins: $$p"; \
-		GOFLAGS=-count=1 TEMPOTENT_EXPLORE_N=100 $(GREMLINS) unleash --workers 1 --timeout-coefficient 5 \
+		GOFLAGS=-count=1 TEMPOTENT_EXPLORE_N=100 TEMPOTENT_EXPLORE_OUTBOX_N=2 TEMPOTENT_EXPLORE_SAGAS_N=8 \
+			$(GREMLINS) unleash --workers 1 --timeout-coefficient 5 $(if $(MUTATE_DIFF),--diff $(MUTATE_DIFF)) \
 			--output-statuses lt ./$$p || exit 1; \
 	done
 
