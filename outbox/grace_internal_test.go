@@ -55,3 +55,27 @@ func TestShutdownGraceIsExact(t *testing.T) {
 		})
 	})
 }
+
+// A failed message's backoff doubles from BackoffMin with each attempt, capped at BackoffMax, and
+// is drawn with full jitter below that ceiling: messages failing together do not come back
+// together, and none comes back sooner than BackoffMin or later than BackoffMax.
+func TestBackoffDoublesWithFullJitter(t *testing.T) {
+	d := &Dispatcher{cfg: DispatcherConfig{BackoffMin: time.Second, BackoffMax: time.Minute}}
+	for attempt := 1; attempt <= 70; attempt++ {
+		ceiling := time.Minute
+		if attempt <= 7 {
+			ceiling = min(time.Second<<(attempt-1), time.Minute)
+		}
+		lo, hi := time.Duration(1<<62), time.Duration(0)
+		for range 500 {
+			b := d.backoff(attempt)
+			require.GreaterOrEqual(t, b, time.Second, "attempt %d backs off less than BackoffMin", attempt)
+			require.LessOrEqual(t, b, ceiling, "attempt %d backs off beyond its ceiling %s", attempt, ceiling)
+			lo, hi = min(lo, b), max(hi, b)
+		}
+		if spread := ceiling - time.Second; spread > 0 {
+			require.Less(t, lo, time.Second+spread/4, "attempt %d: no backoff in the lowest quarter: not jittered", attempt)
+			require.Greater(t, hi, ceiling-spread/4, "attempt %d: no backoff in the highest quarter: not jittered", attempt)
+		}
+	}
+}
