@@ -82,7 +82,7 @@ DISPATCH_N ?= 40
 SAGAS_N ?= 300
 KEYS_N ?= 3000
 explore: ## Explore from SEED: receipts (N=3000, ~2 min; PARTITIONED=1 ~15), dispatchers (DISPATCH_N=40, ~4 min), compensations (SAGAS_N=300), key API (KEYS_N=3000); EXPLORERS= picks.
-	for e in $(EXPLORERS); do echo "== explore $$e from seed $(SEED)"; case $$e in \
+	@for e in $(EXPLORERS); do echo "== explore $$e from seed $(SEED)"; case $$e in \
 	receipts) TEMPOTENT_TEST_PARTITIONED=$(PARTITIONED) TEMPOTENT_EXPLORE_N=$(or $(N),3000) TEMPOTENT_EXPLORE_SEED=$(SEED) \
 		$(GO) test -count=1 -run '^TestExploreReceipts$$' -timeout 60m ./activity/ ;; \
 	dispatchers) TEMPOTENT_EXPLORE_OUTBOX_N=$(DISPATCH_N) TEMPOTENT_EXPLORE_SEED=$(SEED) \
