@@ -104,9 +104,6 @@ func TestKeyModelOnTheDevServer(t *testing.T) {
 	w.RegisterActivityWithOptions(reports.report, activity.RegisterOptions{Name: "Report"})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	// A workflow whose tasks fail on replay stays open: bound the wait, so that it fails the test.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
 
 	for i := range uint64(n) {
 		s := seed + i
@@ -115,6 +112,10 @@ func TestKeyModelOnTheDevServer(t *testing.T) {
 		for _, mode := range []string{"retry", "continue", "reset"} {
 			t.Run(fmt.Sprintf("Seed%d/%s", s, mode), func(t *testing.T) {
 				t.Parallel()
+				// A workflow whose tasks fail on replay stays open: bound the wait, so that it
+				// fails the test. Each program has its own bound, however many run at once.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
 				id := fmt.Sprintf("order-%d-%s", s, mode)
 				opts := client.StartWorkflowOptions{ID: id, TaskQueue: queue}
 				if mode == "retry" {
