@@ -250,12 +250,17 @@ func checkKeyedPlan(t *testing.T, s *Store, name string, plan planNode) {
 				t.Errorf("%s reads %s sequentially:\n%s", name, n.Relation, plan)
 			}
 		case n.Index != "":
-			scans++
-			var partial, byKey bool
-			require.NoError(t, s.db.QueryRow(ctx, `SELECT i.indpred IS NOT NULL, a.attname = 'namespace'
+			var partial, byKey, byCompensates bool
+			require.NoError(t, s.db.QueryRow(ctx, `SELECT i.indpred IS NOT NULL, a.attname = 'namespace', a.attname = 'compensates'
 				FROM pg_index AS i JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-				WHERE i.indexrelid = to_regclass($1)`, fmt.Sprintf("%q.%q", s.cfg.Schema, n.Index)).Scan(&partial, &byKey),
+				WHERE i.indexrelid = to_regclass($1)`, fmt.Sprintf("%q.%q", s.cfg.Schema, n.Index)).Scan(&partial, &byKey, &byCompensates),
 				"%s: index %s", name, n.Index)
+			if byCompensates && n.IndexCond == "(compensates = r.token)" {
+				// compensatedBy: the completed compensation of the receipt the key found, by
+				// its token, in the small index of compensations.
+				continue
+			}
+			scans++
 			if partial || !byKey {
 				t.Errorf("%s looks its key up in %s, not in the key's index:\n%s", name, n.Index, plan)
 			} else if !strings.Contains(n.IndexCond, "namespace =") || !strings.Contains(n.IndexCond, "(id =") {
