@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -52,9 +53,11 @@ func TestForwardStepAfterItsCompensationCompleted(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		firstCharge error // what the charge's first attempt returns
+		tx          bool  // the charge is a local mutation (RegisterTx)
 	}{
-		{"Unresolved", errors.New("read tcp: i/o timeout")}, // ambiguous: the receipt stays pending, effect possible
-		{"Completed", nil},
+		{"Unresolved", errors.New("read tcp: i/o timeout"), false}, // ambiguous: the receipt stays pending, effect possible
+		{"Completed", nil, false},
+		{"CompletedTx", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,12 +71,19 @@ func TestForwardStepAfterItsCompensationCompleted(t *testing.T) {
 				env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "wf-compensated-" + tc.name})
 				env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 				opts := activity.Options{DownstreamDeduplicates: true}
-				require.NoError(t, activity.Register(env, s, "Charge", func(ctx context.Context, req ChargeRequest) (string, error) {
+				charge := func(ctx context.Context, req ChargeRequest) (string, error) {
 					if charges.Add(1) == 1 && tc.firstCharge != nil {
 						return "", tc.firstCharge
 					}
 					return "ch_1", nil
-				}, opts))
+				}
+				if tc.tx {
+					require.NoError(t, activity.RegisterTx(env, s, "Charge", func(ctx context.Context, _ pgx.Tx, req ChargeRequest) (string, error) {
+						return charge(ctx, req)
+					}, opts))
+				} else {
+					require.NoError(t, activity.Register(env, s, "Charge", charge, opts))
+				}
 				require.NoError(t, activity.Register(env, s, "Refund", func(ctx context.Context, req ChargeRequest) (string, error) {
 					refunds.Add(1)
 					return "refunded", nil
