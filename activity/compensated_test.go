@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -110,4 +111,70 @@ func TestForwardStepAfterItsCompensationCompleted(t *testing.T) {
 			require.EqualValues(t, 1, charges.Load(), "the charge was called again after its compensation completed")
 		})
 	}
+}
+
+// payOutThenUndo runs the plain batch activity PayOut under the step key "payout"; with undo set
+// it then runs its compensation Unpay under keys.WithCompensation.
+func payOutThenUndo(ctx workflow.Context, payees []Payee, undo bool) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	sctx, k, err := keys.StepKey(ctx, "payout")
+	if err != nil {
+		return err
+	}
+	if err := workflow.ExecuteActivity(sctx, "PayOut", payees).Get(ctx, nil); err != nil || !undo {
+		return err
+	}
+	cctx, _, err := keys.WithCompensation(ctx, k, "Unpay")
+	if err != nil {
+		return err
+	}
+	return workflow.ExecuteActivity(cctx, "Unpay", payees).Get(ctx, nil)
+}
+
+// A plain batch activity has no receipt of its own: its items' receipts, completed, would replay
+// as paid after its compensation reversed them. ForEach refuses the batch as compensated in
+// its first statement, and runs and replays no item.
+func TestForEachAfterTheBatchsCompensationCompleted(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newPayouts()
+	payees := payeesN(3)
+	run := func(undo bool) *testsuite.TestWorkflowEnvironment {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestWorkflowEnvironment()
+		env.SetTestTimeout(30 * time.Second)
+		env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "wf-compensated-batch"})
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+		env.RegisterActivityWithOptions(payOut(s, p, 1), sdkactivity.RegisterOptions{Name: "PayOut"})
+		require.NoError(t, activity.Register(env, s, "Unpay", func(ctx context.Context, payees []Payee) (string, error) {
+			return "reversed", nil
+		}, activity.Options{DownstreamDeduplicates: true}))
+		env.RegisterWorkflow(payOutThenUndo)
+		env.ExecuteWorkflow(payOutThenUndo, payees, undo)
+		require.True(t, env.IsWorkflowCompleted())
+		return env
+	}
+	require.NoError(t, run(true).GetWorkflowError())
+	p.requireEachPaidOnce(t, payees)
+	requests := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := 0
+		for _, r := range p.requests {
+			n += r
+		}
+		return n
+	}
+	before := requests()
+
+	err := run(false).GetWorkflowError()
+	require.Error(t, err, "the batch replayed its items as paid after its compensation completed")
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, activity.ErrTypeCompensated, appErr.Type(), "%v", err)
+	require.True(t, appErr.NonRetryable(), "%v", err)
+	require.Equal(t, before, requests(), "an item was called again")
 }

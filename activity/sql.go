@@ -106,10 +106,19 @@ WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)`,
 		// match a row or so — on a table never analyzed (a new one; any after pg_upgrade), or on
 		// a generic plan made while it was new — and the lookup read every receipt of the
 		// operation. TestKeyedPlansMadeOnAFreshTable.
+		//
+		// It also returns, with a NULL ID, the completed compensation of the batch's own step
+		// ($5, the batch's token), if there is one: items replayed as paid for a batch whose
+		// compensation undid them would let a saga reset to before it go on (see
+		// CompensatedError). An item's own receipt is never a compensation's forward step.
 		readItems: fmt.Sprintf(`SELECT item.id, false, r.* FROM unnest($4::text[]) AS item(id) CROSS JOIN LATERAL (
 	SELECT %[2]s FROM %[1]s AS r CROSS JOIN (SELECT NULL::text AS compensation_token, NULL::timestamptz AS compensated_at) AS comp
 	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, item.id) AND r.state IN ('completed', 'failed')
-	OFFSET 0) AS r`,
+	OFFSET 0) AS r
+UNION ALL
+(SELECT NULL, false, 0::bigint, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
+	NULL::bigint, false, 0::bigint, c.token, c.completed_at
+FROM %[1]s AS c WHERE c.compensates = $5 AND c.state = 'completed' LIMIT 1)`,
 			table, receiptColumns),
 
 		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,
