@@ -21,27 +21,62 @@ import (
 	"github.com/tempotent/tempotent/keys"
 )
 
-// chargeThenRefund charges under the step key "charge"; with refund set it then runs the
-// charge's compensation under keys.WithCompensation, as saga.Step does once the step failed.
-// Each activity has one attempt.
-func chargeThenRefund(ctx workflow.Context, req ChargeRequest, refund bool) error {
+// stepRun is what forwardThenCompensate runs: the activity Forward under the step key Step, with
+// Arg; with Compensate set, then the activity Compensation under keys.WithCompensation, as
+// saga.Step does once the saga compensates.
+type stepRun struct {
+	Step, Forward, Compensation string
+	Arg                         any
+	Compensate                  bool
+}
+
+// forwardThenCompensate runs r, each activity with one attempt. It returns the forward
+// activity's error when it does not compensate, else the compensation's.
+func forwardThenCompensate(ctx workflow.Context, r stepRun) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	sctx, k, err := keys.StepKey(ctx, "charge")
+	sctx, k, err := keys.StepKey(ctx, r.Step)
 	if err != nil {
 		return err
 	}
-	chargeErr := workflow.ExecuteActivity(sctx, "Charge", req).Get(ctx, nil)
-	if !refund {
-		return chargeErr
+	forwardErr := workflow.ExecuteActivity(sctx, r.Forward, r.Arg).Get(ctx, nil)
+	if !r.Compensate {
+		return forwardErr
 	}
-	cctx, _, err := keys.WithCompensation(ctx, k, "Refund")
+	cctx, _, err := keys.WithCompensation(ctx, k, r.Compensation)
 	if err != nil {
 		return err
 	}
-	return workflow.ExecuteActivity(cctx, "Refund", req).Get(ctx, nil)
+	return workflow.ExecuteActivity(cctx, r.Compensation, r.Arg).Get(ctx, nil)
+}
+
+// runStep runs r in a fresh test environment under workflow ID id, which gives its steps the
+// same keys in each run, as a Reset to the start does; register registers the activities.
+func runStep(t *testing.T, id string, r stepRun, register func(*testsuite.TestWorkflowEnvironment)) error {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+	register(env)
+	env.RegisterWorkflow(forwardThenCompensate)
+	env.ExecuteWorkflow(forwardThenCompensate, r)
+	require.True(t, env.IsWorkflowCompleted())
+	return env.GetWorkflowError()
+}
+
+// requireCompensated fails t unless err is the non-retryable tempotent.Compensated.
+func requireCompensated(t *testing.T, err error, msgAndArgs ...any) {
+	t.Helper()
+	require.Error(t, err, msgAndArgs...)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, activity.ErrTypeCompensated, appErr.Type(), "%v", err)
+	require.True(t, appErr.NonRetryable(), "%v", err)
+	require.Contains(t, appErr.Error(), "was compensated by")
 }
 
 // A forward step whose compensation completed is not run again, nor replayed as if it stood,
@@ -64,20 +99,14 @@ func TestForwardStepAfterItsCompensationCompleted(t *testing.T) {
 			t.Parallel()
 			s, _ := setup(t, nil)
 			var charges, refunds atomic.Int32
-			run := func(refund bool) *testsuite.TestWorkflowEnvironment {
-				var suite testsuite.WorkflowTestSuite
-				env := suite.NewTestWorkflowEnvironment()
-				env.SetTestTimeout(30 * time.Second)
-				// The same workflow ID in each run: the keys a Reset re-run gets.
-				env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "wf-compensated-" + tc.name})
-				env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
-				opts := activity.Options{DownstreamDeduplicates: true}
-				charge := func(ctx context.Context, req ChargeRequest) (string, error) {
-					if charges.Add(1) == 1 && tc.firstCharge != nil {
-						return "", tc.firstCharge
-					}
-					return "ch_1", nil
+			charge := func(ctx context.Context, req ChargeRequest) (string, error) {
+				if charges.Add(1) == 1 && tc.firstCharge != nil {
+					return "", tc.firstCharge
 				}
+				return "ch_1", nil
+			}
+			register := func(env *testsuite.TestWorkflowEnvironment) {
+				opts := activity.Options{DownstreamDeduplicates: true}
 				if tc.tx {
 					require.NoError(t, activity.RegisterTx(env, s, "Charge", func(ctx context.Context, _ pgx.Tx, req ChargeRequest) (string, error) {
 						return charge(ctx, req)
@@ -89,49 +118,18 @@ func TestForwardStepAfterItsCompensationCompleted(t *testing.T) {
 					refunds.Add(1)
 					return "refunded", nil
 				}, opts))
-				env.RegisterWorkflow(chargeThenRefund)
-				env.ExecuteWorkflow(chargeThenRefund, ChargeRequest{Order: "o-1", Amount: 100}, refund)
-				require.True(t, env.IsWorkflowCompleted())
-				return env
 			}
-
-			first := run(true)
-			require.NoError(t, first.GetWorkflowError(), "the refund did not complete")
+			r := stepRun{Step: "charge", Forward: "Charge", Compensation: "Refund", Arg: ChargeRequest{Order: "o-1", Amount: 100}, Compensate: true}
+			require.NoError(t, runStep(t, "wf-compensated", r, register), "the refund did not complete")
 			require.EqualValues(t, 1, charges.Load())
 			require.EqualValues(t, 1, refunds.Load())
 
-			again := run(false) // a Reset to the start: the charge step runs again under its key
-			err := again.GetWorkflowError()
-			require.Error(t, err, "the charge step ran again after its compensation completed (charge calls: %d)", charges.Load())
-			var appErr *temporal.ApplicationError
-			require.True(t, errors.As(err, &appErr), "%v", err)
-			require.Equal(t, activity.ErrTypeCompensated, appErr.Type(), "%v", err)
-			require.True(t, appErr.NonRetryable(), "%v", err)
-			require.Contains(t, appErr.Error(), "was compensated by")
+			r.Compensate = false // a Reset to the start: the charge step runs again under its key
+			requireCompensated(t, runStep(t, "wf-compensated", r, register),
+				"the charge step ran again after its compensation completed (charge calls: %d)", charges.Load())
 			require.EqualValues(t, 1, charges.Load(), "the charge was called again after its compensation completed")
 		})
 	}
-}
-
-// payOutThenUndo runs the plain batch activity PayOut under the step key "payout"; with undo set
-// it then runs its compensation Unpay under keys.WithCompensation.
-func payOutThenUndo(ctx workflow.Context, payees []Payee, undo bool) error {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	sctx, k, err := keys.StepKey(ctx, "payout")
-	if err != nil {
-		return err
-	}
-	if err := workflow.ExecuteActivity(sctx, "PayOut", payees).Get(ctx, nil); err != nil || !undo {
-		return err
-	}
-	cctx, _, err := keys.WithCompensation(ctx, k, "Unpay")
-	if err != nil {
-		return err
-	}
-	return workflow.ExecuteActivity(cctx, "Unpay", payees).Get(ctx, nil)
 }
 
 // A plain batch activity has no receipt of its own: its items' receipts, completed, would replay
@@ -142,22 +140,14 @@ func TestForEachAfterTheBatchsCompensationCompleted(t *testing.T) {
 	s, _ := setup(t, nil)
 	p := newPayouts()
 	payees := payeesN(3)
-	run := func(undo bool) *testsuite.TestWorkflowEnvironment {
-		var suite testsuite.WorkflowTestSuite
-		env := suite.NewTestWorkflowEnvironment()
-		env.SetTestTimeout(30 * time.Second)
-		env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "wf-compensated-batch"})
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+	register := func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterActivityWithOptions(payOut(s, p, 1), sdkactivity.RegisterOptions{Name: "PayOut"})
 		require.NoError(t, activity.Register(env, s, "Unpay", func(ctx context.Context, payees []Payee) (string, error) {
 			return "reversed", nil
 		}, activity.Options{DownstreamDeduplicates: true}))
-		env.RegisterWorkflow(payOutThenUndo)
-		env.ExecuteWorkflow(payOutThenUndo, payees, undo)
-		require.True(t, env.IsWorkflowCompleted())
-		return env
 	}
-	require.NoError(t, run(true).GetWorkflowError())
+	r := stepRun{Step: "payout", Forward: "PayOut", Compensation: "Unpay", Arg: payees, Compensate: true}
+	require.NoError(t, runStep(t, "wf-compensated-batch", r, register))
 	p.requireEachPaidOnce(t, payees)
 	requests := func() int {
 		p.mu.Lock()
@@ -170,11 +160,8 @@ func TestForEachAfterTheBatchsCompensationCompleted(t *testing.T) {
 	}
 	before := requests()
 
-	err := run(false).GetWorkflowError()
-	require.Error(t, err, "the batch replayed its items as paid after its compensation completed")
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(err, &appErr), "%v", err)
-	require.Equal(t, activity.ErrTypeCompensated, appErr.Type(), "%v", err)
-	require.True(t, appErr.NonRetryable(), "%v", err)
+	r.Compensate = false
+	requireCompensated(t, runStep(t, "wf-compensated-batch", r, register),
+		"the batch replayed its items as paid after its compensation completed")
 	require.Equal(t, before, requests(), "an item was called again")
 }
