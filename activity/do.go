@@ -57,6 +57,9 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		if err := s.checkFingerprint(c, r, obs); err != nil {
 			return nil, err
 		}
+		if err := checkCompensated(c, r, obs); err != nil {
+			return nil, err
+		}
 		switch r.state {
 		case StateCompleted, StateFailed:
 			obs.count(MetricReplayed)

@@ -169,6 +169,9 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if err := s.checkFingerprint(c, r, obs); err != nil {
 		return nil, err
 	}
+	if err := checkCompensated(c, r, obs); err != nil {
+		return nil, err
+	}
 	if r.state == StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
 		obs.count(MetricInProgress)

@@ -33,6 +33,9 @@ const (
 	ErrTypeMisconfigured = errtype.Misconfigured // non-retryable
 	// ErrTypeBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
 	ErrTypeBatchUnfinished = errtype.BatchUnfinished // retryable
+	// ErrTypeCompensated: a forward step ran again, after a workflow reset, once its
+	// compensation had completed.
+	ErrTypeCompensated = errtype.Compensated // non-retryable
 )
 
 // Sentinel errors, matched with errors.Is by the typed errors below.
@@ -50,6 +53,8 @@ var (
 	// ErrBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
 	ErrBatchUnfinished = errors.New("batch unfinished")
 	ErrMisconfigured   = errors.New("this worker runs a registered activity without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors")
+	// ErrCompensated: a forward step whose compensation completed ran again (CompensatedError).
+	ErrCompensated = errors.New("compensated")
 )
 
 // MismatchError reports that a key was used again with a different request. Nothing was called.
@@ -142,6 +147,30 @@ func (e *ForwardUnsettledError) Error() string {
 }
 
 func (e *ForwardUnsettledError) Is(target error) bool { return target == ErrForwardUnsettled }
+
+// CompensatedError refuses an attempt of a forward step whose compensation has completed: a
+// workflow reset to before the step runs it again under the same key (workflow-scope keys
+// survive a reset), and its receipt would otherwise be taken over and the downstream called
+// again, or a recorded result replayed, as if the effect that was undone stood. A saga would go
+// on past the step it compensated (ship goods whose charge was refunded). Nothing was called,
+// and the receipt is left as it was. It is non-retryable: a saga that meets it fails at the step
+// and compensates, and the compensations that completed replay. To do the step again, start a
+// new intent: a new workflow ID, or a new keys.WithID.
+type CompensatedError struct {
+	Key keys.Key
+	// Token is the step's token, under which its effect was made and found by its compensation.
+	Token keys.Token
+	// Compensation is the token of the compensation that completed, and At when.
+	Compensation keys.Token
+	At           time.Time
+}
+
+func (e *CompensatedError) Error() string {
+	return fmt.Sprintf("%s was compensated by %s at %s; a reset run cannot reuse it, and nothing was called: start a new intent (a new workflow ID, or keys.WithID) to do it again",
+		ref(e.Key), e.Compensation, e.At.UTC().Format(time.RFC3339))
+}
+
+func (e *CompensatedError) Is(target error) bool { return target == ErrCompensated }
 
 // HorizonError refuses an activity that was scheduled longer ago than the store's retention:
 // its receipt may have been purged, and running it again could duplicate its effect.
@@ -272,6 +301,8 @@ func toTemporal(err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeBeyondHorizon, err)
 	case errors.Is(err, ErrPayloadTooLarge):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadTooLarge, err)
+	case errors.Is(err, ErrCompensated):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeCompensated, err)
 	case errors.Is(err, ErrMisconfigured):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeMisconfigured, err)
 	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):

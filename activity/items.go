@@ -3,6 +3,7 @@ package activity
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -131,7 +132,12 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 	}
 
 	settled, err := s.lookup(ctx, batch.Key, batch.operation, calls, run)
-	if err != nil {
+	var compensated *CompensatedError
+	switch {
+	case errors.As(err, &compensated):
+		newObserver(ctx, s, batch.Key).log("refused: the step was compensated", "compensation", compensated.Compensation)
+		return nil, toTemporal(err)
+	case err != nil:
 		return nil, toTemporal(&StoreError{Op: "read items", Key: batch.Key, Err: err})
 	}
 	if len(settled) > 0 {
@@ -323,7 +329,8 @@ func (b batchCall) item(id string, item any, o Options) (Call, error) {
 }
 
 // lookup reads, in one statement, the finished receipts among the items calls[run]: by ID
-// within the batch's namespace, tenant and operation, on the receipts' unique index.
+// within the batch's namespace, tenant and operation, on the receipts' unique index. It returns
+// a *CompensatedError when the batch's own step has a completed compensation.
 func (s *Store) lookup(ctx context.Context, batch keys.Key, operation string, calls []Call, run []int) (map[string]*receipt, error) {
 	settled := make(map[string]*receipt)
 	if len(run) == 0 {
@@ -333,21 +340,29 @@ func (s *Store) lookup(ctx context.Context, batch keys.Key, operation string, ca
 	for n, i := range run {
 		ids[n] = calls[i].Key.ID
 	}
-	err := s.query(ctx, s.sql.settings, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids}, func(rows pgx.Rows) error {
-		var id string
+	var compensated *CompensatedError
+	err := s.query(ctx, s.sql.settings, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids, string(batch.Token())}, func(rows pgx.Rows) error {
+		var id *string
 		r, err := scanReceipt(idRow{rows: rows, id: &id})
-		if err == nil {
-			settled[id] = &r
+		switch {
+		case err != nil:
+		case id == nil:
+			compensated = &CompensatedError{Key: batch, Token: batch.Token(), Compensation: r.compensatedBy, At: r.compensatedAt}
+		default:
+			settled[*id] = &r
 		}
 		return err
 	})
+	if err == nil && compensated != nil {
+		return nil, compensated
+	}
 	return settled, err
 }
 
 // idRow scans a row whose first column is the receipt's ID, then the columns scanReceipt reads.
 type idRow struct {
 	rows pgx.Rows
-	id   *string
+	id   **string // NULL on the row of the batch's compensation
 }
 
 func (r idRow) Scan(dest ...any) error { return r.rows.Scan(append([]any{r.id}, dest...)...) }

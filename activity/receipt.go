@@ -48,6 +48,10 @@ type receipt struct {
 	effectPossible bool
 	// age is how long ago the receipt was first reserved: when its token was first sent.
 	age time.Duration
+	// compensatedBy is the token of a completed compensation of this receipt's step, and
+	// compensatedAt when it completed; empty when there is none (compensatedBy in sql.go).
+	compensatedBy keys.Token
+	compensatedAt time.Time
 }
 
 func scanReceipt(row pgx.Row) (receipt, error) {
@@ -58,11 +62,19 @@ func scanReceipt(row pgx.Row) (receipt, error) {
 		leaseUS   *int64
 		ageUS     int64
 		state     *string
+		compBy    *string
+		compAt    *time.Time
 	)
 	err := row.Scan(&r.inserted, &r.fence, &r.reservation, &fp, &fpVersion, &state, &r.result, &r.failure,
-		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS)
+		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS, &compBy, &compAt)
 	if err != nil {
 		return r, err
+	}
+	if compBy != nil {
+		r.compensatedBy = keys.Token(*compBy)
+	}
+	if compAt != nil {
+		r.compensatedAt = *compAt
 	}
 	if fpVersion != nil {
 		r.fingerprint.Version = *fpVersion
@@ -287,6 +299,20 @@ func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
 	}
 	obs.count(MetricMismatched)
 	return &MismatchError{Key: c.Key, Stored: r.fingerprint, Actual: c.Fingerprint}
+}
+
+// checkCompensated refuses a receipt whose step was compensated: an attempt of a forward step
+// that finds the step's compensation completed must neither run (take the receipt over and call
+// the downstream again, or reconcile) nor replay a result as if the step stood. Only a workflow
+// reset to before the step meets this (workflow-scope keys survive a reset), after the saga that
+// compensated it ended. A failed receipt replays its failure as ever: it claims no effect that
+// was undone.
+func checkCompensated(c Call, r receipt, obs observer) error {
+	if r.compensatedBy == "" || r.state == StateFailed {
+		return nil
+	}
+	obs.log("refused: the step was compensated", "compensation", r.compensatedBy)
+	return &CompensatedError{Key: c.Key, Token: c.Key.Token(), Compensation: r.compensatedBy, At: r.compensatedAt}
 }
 
 func (s *Store) checkSize(k keys.Key, p *commonpb.Payload) error {

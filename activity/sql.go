@@ -28,9 +28,26 @@ type statements struct {
 // column is the time left on the lease in microseconds, negative once it has ended (how long
 // ago); age is how long ago the receipt was first reserved, which is when its token was first
 // sent.
+//
+// The last two are the token of a completed compensation of the receipt's step and when it
+// completed, from compensatedBy's join (NULL when there is none, and in readItems, whose items
+// are never a compensation's forward step).
 const receiptColumns = `fence, reservation, fingerprint, fingerprint_version, state, result, failure, error_type, error_message,
 	(extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible,
-	(extract(epoch FROM now() - created_at) * 1000000)::bigint`
+	(extract(epoch FROM now() - created_at) * 1000000)::bigint, comp.compensation_token, comp.compensated_at`
+
+// compensatedBy joins a receipt r (%[1]s is the table) to a completed compensation of its step:
+// a receipt whose compensates column holds r's token. A forward step whose compensation
+// completed must not be run again, nor replayed as if it stood, by a workflow reset to before
+// it (workflow-scope keys survive a reset), see CompensatedError. It is part of every statement
+// that reads a receipt by its key, so that the answer costs no round trip of its own; it runs
+// only for a receipt found, never on a first execution's insert, and reaches the compensation
+// through receipts_compensates_idx (partial: only compensations have compensates set), in
+// every partition of a partitioned table. LIMIT 1: a step has one compensation, but nothing in
+// the schema says so.
+const compensatedBy = `LEFT JOIN LATERAL (
+	SELECT c.token AS compensation_token, c.completed_at AS compensated_at FROM %[1]s AS c
+	WHERE c.compensates = r.token AND c.state = 'completed' LIMIT 1) AS comp ON true`
 
 // unresolved is the condition of a receipt whose outcome nobody knows: recorded as
 // OutcomeUnknown, or pending with an ended lease after an attempt that may have had its effect.
@@ -79,8 +96,9 @@ func newStatements(table string) statements {
 		reserve:      reserve(table),
 		reserveBatch: reserveBatch(table),
 
-		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`,
-			table, receiptColumns),
+		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s AS r %[3]s
+WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)`,
+			table, receiptColumns, fmt.Sprintf(compensatedBy, table)),
 		// readItems reads the finished receipts among a batch's items ($4, their IDs): ForEach's
 		// one round trip for a whole batch. Each item is looked up by its whole key on its own,
 		// in a subquery the planner keeps apart (OFFSET 0), as reserveBatch does. Written as
@@ -88,10 +106,19 @@ func newStatements(table string) statements {
 		// match a row or so — on a table never analyzed (a new one; any after pg_upgrade), or on
 		// a generic plan made while it was new — and the lookup read every receipt of the
 		// operation. TestKeyedPlansMadeOnAFreshTable.
+		//
+		// It also returns, with a NULL ID, the completed compensation of the batch's own step
+		// ($5, the batch's token), if there is one: items replayed as paid for a batch whose
+		// compensation undid them would let a saga reset to before it go on (see
+		// CompensatedError). An item's own receipt is never a compensation's forward step.
 		readItems: fmt.Sprintf(`SELECT item.id, false, r.* FROM unnest($4::text[]) AS item(id) CROSS JOIN LATERAL (
-	SELECT %[2]s FROM %[1]s
-	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, item.id) AND state IN ('completed', 'failed')
-	OFFSET 0) AS r`,
+	SELECT %[2]s FROM %[1]s AS r CROSS JOIN (SELECT NULL::text AS compensation_token, NULL::timestamptz AS compensated_at) AS comp
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, item.id) AND r.state IN ('completed', 'failed')
+	OFFSET 0) AS r
+UNION ALL
+(SELECT NULL, false, 0::bigint, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
+	NULL::bigint, false, 0::bigint, c.token, c.completed_at
+FROM %[1]s AS c WHERE c.compensates = $5 AND c.state = 'completed' LIMIT 1)`,
 			table, receiptColumns),
 
 		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,
@@ -254,7 +281,7 @@ FROM %[1]s WHERE created_at >= $1`, table, unresolved),
 func reserve(table string) string {
 	return fmt.Sprintf(`
 WITH existing AS (
-	SELECT %[2]s FROM %[1]s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
+	SELECT %[2]s FROM %[1]s AS r %[3]s WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)
 ), inserted AS (
 	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
 		state, reservation, lease_expires_at, expires_at,
@@ -268,10 +295,10 @@ WITH existing AS (
 	RETURNING fence
 )
 SELECT true, fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
-	NULL::bigint, true, 0::bigint
+	NULL::bigint, true, 0::bigint, NULL::text, NULL::timestamptz
 FROM inserted
 UNION ALL
-SELECT false, existing.* FROM existing`, table, receiptColumns)
+SELECT false, existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table))
 }
 
 // reserveBatch is reserve for many attempts at once (see reservations): $1–$9 and $11–$15 are
@@ -293,7 +320,7 @@ WITH b AS (
 		workflow_id, run_id, activity_id, activity_type, compensates, n)
 ), existing AS (
 	SELECT b.n, false, e.* FROM b CROSS JOIN LATERAL (
-		SELECT %[2]s FROM %[1]s AS r
+		SELECT %[2]s FROM %[1]s AS r %[3]s
 		WHERE (r.namespace, r.tenant, r.operation, r.id) = (b.namespace, b.tenant, b.operation, b.id)
 		OFFSET 0) AS e
 ), inserted AS (
@@ -310,8 +337,8 @@ WITH b AS (
 	RETURNING namespace, tenant, operation, id, fence
 )
 SELECT b.n, true, inserted.fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
-	NULL::bigint, true, 0::bigint
+	NULL::bigint, true, 0::bigint, NULL::text, NULL::timestamptz
 FROM inserted JOIN b USING (namespace, tenant, operation, id)
 UNION ALL
-SELECT existing.* FROM existing`, table, receiptColumns)
+SELECT existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table))
 }

@@ -150,13 +150,11 @@ func drawPlan(seed uint64) sagamodel.Plan {
 			p.Broken = append(p.Broken, c)
 		}
 	}
-	// A re-execution after a Reset takes the path the receipts replay, except where the first
-	// run saw an unknown outcome (a held charge): the re-executed charge then completes (its
-	// receipt is taken over and the provider answers with the charge that landed), and the
-	// saga goes on past the point where it compensated, running forward steps after their
-	// compensation. That is a hazard of Reset this explorer leaves out; drawing ReExecute for
-	// held charges shows it.
-	p.ReExecute = !p.HoldCharge && rng.IntN(3) == 0
+	// A re-execution after a Reset takes the path the receipts replay. Where the first run saw
+	// an unknown outcome (a held charge) and compensated it, the re-executed charge meets its
+	// receipt still pending; it fails as compensated (tempotent.Compensated) instead of taking
+	// it over, so the saga does not go on past the point where it compensated.
+	p.ReExecute = rng.IntN(3) == 0
 	p.Options = saga.Options{CompensationOptions: roomToSettle, Parallel: rng.IntN(3) == 0}
 	return p
 }

@@ -288,10 +288,12 @@ func outcomeOf(err error) (Outcome, string) {
 // effectMayHaveHappened lists the non-retryable error types of the activity package after which
 // the forward effect may nevertheless have happened (activity.ErrTypeOutcomeUnknown: an earlier
 // attempt may have had it; activity.ErrTypePayloadTooLarge: the function ran, only its result
-// was too large to record).
+// was too large to record; activity.ErrTypeCompensated: a reset re-ran a step that an earlier
+// run compensated, whose effect may have happened and was undone).
 var effectMayHaveHappened = map[string]bool{
 	errtype.OutcomeUnknown:  true,
 	errtype.PayloadTooLarge: true,
+	errtype.Compensated:     true,
 }
 
 func failed(ctx workflow.Context, err error) workflow.Future {

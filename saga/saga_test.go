@@ -321,10 +321,17 @@ func TestReExecutionAsAfterResetHasNoNewEffects(t *testing.T) {
 	}
 
 	// A fresh worker runs the whole saga again under the same workflow ID and OriginalRunID,
-	// as after a Reset to the start: every step and compensation replays its receipt.
+	// as after a Reset to the start: the same keys. The charge, compensated, refuses to replay
+	// "charged" (tempotent.Compensated), and the saga compensates again: the refund replays its
+	// receipt.
 	again, err := h.run(order{ID: "o-4", Amount: 100})
 	require.NoError(t, err)
-	require.Equal(t, first, again, "the replayed saga differs: other keys or other outcomes")
+	require.Equal(t, saga.StateCompensated, again.Status)
+	require.Len(t, again.Steps, 1, "the saga went on past a step it compensated")
+	require.Equal(t, first.Steps[0].Token, again.Steps[0].Token, "the re-run has other keys")
+	require.Equal(t, first.Steps[0].CompensationToken, again.Steps[0].CompensationToken, "the re-run has other keys")
+	require.Contains(t, again.Steps[0].Error, activity.ErrTypeCompensated)
+	require.Equal(t, saga.CompensationCompleted, again.Steps[0].CompensationState)
 	require.Equal(t, callsAfterFirst, h.ledger.calls, "a replayed step or compensation reached the provider")
 	for _, kind := range []string{"charge", "reserve"} {
 		done, undone := h.ledger.effects(kind)
@@ -348,8 +355,10 @@ func TestCompensationKeysAreDistinctAndStable(t *testing.T) {
 			seen[tok] = what
 		}
 	}
-	// An independent, identical execution (a replay on another worker) derives the same keys.
-	h2 := &harness{t: t, store: h.store, ledger: newLedger(), fail: h.fail}
+	// An independent, identical execution (on another worker, against another store, so that
+	// it runs every step rather than meet the compensated ones) derives the same keys.
+	h2 := newHarness(t)
+	h2.fail = h.fail
 	again, err := h2.run(order{ID: "o-5", Amount: 100})
 	require.NoError(t, err)
 	for i := range st.Steps {

@@ -19,6 +19,7 @@ const (
 	ForwardUnsettled = "tempotent.ForwardUnsettled"    // retryable, with a next-retry delay
 	Misconfigured    = "tempotent.Misconfigured"       // non-retryable
 	BatchUnfinished  = "tempotent.BatchUnfinished"     // retryable
+	Compensated      = "tempotent.Compensated"         // non-retryable
 )
 
 // Downstream calls (the downstream package).
