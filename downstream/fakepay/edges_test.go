@@ -1,0 +1,176 @@
+package fakepay_test
+
+import (
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/downstream"
+	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/temporaltest"
+)
+
+// A run's counted fault (Config.Faults) applies to requests that carry no Fakepay-Fault header
+// of their own.
+func TestRunFaultsApplyWithoutAFaultHeader(t *testing.T) {
+	t.Parallel()
+	srv, client := start(t, &fakepay.Config{Faults: fakepay.Faults{Fail500: 1}})
+	ctx, tok := keyed("run-fail-500")
+	_, err := client.Charge(ctx, req)
+	temporaltest.RequireAppError(t, err, downstream.ErrTypeUnavailable, true)
+	_, err = client.Charge(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, 1, srv.Ledger().ChargesByToken[tok.String()])
+}
+
+// A charge's description is sent, stored and returned.
+func TestChargeKeepsItsDescription(t *testing.T) {
+	t.Parallel()
+	_, client := start(t, nil)
+	ctx, tok := keyed("described")
+	described := req
+	described.Description = "order 42"
+	ch, err := client.Charge(ctx, described)
+	require.NoError(t, err)
+	require.Equal(t, "order 42", ch.Description)
+	found, ok, err := client.Lookup(ctx, tok)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "order 42", found.Description)
+}
+
+// Each processing charge settles once: a charge settled earlier is not settled again, with a
+// second event, when a later one settles.
+func TestAsyncChargesSettleOnce(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	srv, client := start(t, &fakepay.Config{Webhooks: with(rc.config(), func(w *fakepay.WebhookConfig) { w.AsyncDelay = 20 * time.Millisecond })})
+	async := downstream.ChargeRequest{Amount: 1000, Currency: "eur", Source: "tok_async"}
+	var ids []string
+	for i, key := range []string{"settle-a", "settle-b"} {
+		ctx, _ := keyed(key)
+		ch, err := client.Charge(ctx, async)
+		require.NoError(t, err)
+		ids = append(ids, ch.ID)
+		requireSettled(t, srv, i+1)
+	}
+	var settled []string
+	for _, got := range rc.received() {
+		require.Equal(t, fakepay.EventChargeSucceeded, got.Type)
+		settled = append(settled, got.Object["id"].(string))
+	}
+	require.Equal(t, ids, settled, "each charge settles once, in order")
+}
+
+// The webhook counts are part of the state: a fakepay restarted on the state file still counts
+// the deliveries its receiver answered before.
+func TestWebhookAnswersSurviveARestart(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	cfg := &fakepay.Config{StatePath: filepath.Join(t.TempDir(), "state.json"), Webhooks: rc.config()}
+	srv, client := start(t, cfg)
+	ctx, _ := keyed("wh-answered")
+	_, err := client.Charge(ctx, req)
+	require.NoError(t, err)
+	before := requireSettled(t, srv, 1)
+	require.Equal(t, map[string]int{"evt_00000001": 1}, before.DeliveredByEvent)
+	srv.Close()
+
+	restarted, err := fakepay.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(restarted.Close)
+	require.Equal(t, before, restarted.Ledger().Webhooks)
+}
+
+// The run's webhook faults are part of the state: a fakepay restarted on the state file with a
+// Config that does not set them keeps them.
+func TestWebhookFaultsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		faults fakepay.Faults
+		check  func(t *testing.T, rc *receiver)
+	}{
+		"Duplicate": {faults: fakepay.Faults{WebhookDuplicate: 1}, check: func(t *testing.T, rc *receiver) {
+			require.Eventually(t, func() bool { return len(rc.received()) == 2 }, 5*time.Second, 5*time.Millisecond, "the event was not delivered twice")
+		}},
+		"Fail": {faults: fakepay.Faults{WebhookFail: 1}, check: func(t *testing.T, rc *receiver) {
+			require.Eventually(t, func() bool { return len(rc.received()) == 2 }, 5*time.Second, 5*time.Millisecond, "the first answer was not lost")
+		}},
+		"Delay": {faults: fakepay.Faults{WebhookDelay: time.Hour}, check: func(t *testing.T, rc *receiver) {
+			require.Never(t, func() bool { return len(rc.received()) > 0 }, 300*time.Millisecond, 5*time.Millisecond, "the event was not delayed")
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "state.json")
+			// The first run has the faults and no webhooks; a charge saves its state.
+			_, client := start(t, &fakepay.Config{StatePath: path, Faults: tc.faults})
+			ctx, _ := keyed("first-run")
+			_, err := client.Charge(ctx, req)
+			require.NoError(t, err)
+
+			rc := newReceiver(t, nil)
+			_, client = start(t, &fakepay.Config{StatePath: path, Webhooks: with(rc.config(), func(w *fakepay.WebhookConfig) {
+				w.RetryMin, w.RetryMax = 5*time.Millisecond, 10*time.Millisecond
+			})})
+			ctx, _ = keyed("second-run")
+			_, err = client.Charge(ctx, req)
+			require.NoError(t, err)
+			tc.check(t, rc)
+		})
+	}
+}
+
+// A webhook URL may be https, and RetryMin and RetryMax may be equal (a fixed backoff).
+func TestConfigAccepts(t *testing.T) {
+	t.Parallel()
+	for name, w := range map[string]fakepay.WebhookConfig{
+		"HTTPS":         {URL: "https://hooks.example.com/fakepay", Secret: "s"},
+		"FixedRetryGap": {RetryMin: time.Second, RetryMax: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv, err := fakepay.New(&fakepay.Config{Webhooks: w})
+			require.NoError(t, err)
+			srv.Close()
+		})
+	}
+}
+
+// A counted fault applies to the next requests that carry it, also on a key that served
+// requests before it was set: paymentstest's FailNext promises that the next request of a token
+// fails, whatever came before. (With ignore_keys every request executes, so a drop is reached
+// on a key's second request too.)
+func TestAFaultHeaderAppliesToAKeyUsedBefore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		before, fault, wantType string
+	}{
+		{fault: "fail_500=1", wantType: downstream.ErrTypeUnavailable},
+		{fault: "rate_limit=1", wantType: downstream.ErrTypeRateLimited},
+		{before: "ignore_keys", fault: "ignore_keys,drop=1", wantType: downstream.ErrTypeNetwork},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			t.Parallel()
+			_, client := start(t, nil)
+			ft := &faultTransport{base: http.DefaultTransport, faults: map[string]string{}}
+			client.HTTP = &http.Client{Transport: &downstream.Transport{Base: ft}}
+			ctx, tok := keyed("used-before")
+			fault := func(spec string) {
+				ft.mu.Lock()
+				defer ft.mu.Unlock()
+				ft.faults[tok.String()] = spec
+			}
+			fault(tc.before)
+			_, err := client.Charge(ctx, req)
+			require.NoError(t, err)
+
+			fault(tc.fault)
+			_, err = client.Charge(ctx, req)
+			temporaltest.RequireAppError(t, err, tc.wantType, true)
+		})
+	}
+}
