@@ -1,8 +1,10 @@
 package fakepay_test
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +175,45 @@ func TestAFaultHeaderAppliesToAKeyUsedBefore(t *testing.T) {
 			temporaltest.RequireAppError(t, err, tc.wantType, true)
 		})
 	}
+}
+
+// A delivery that keeps failing is retried with a backoff that doubles from RetryMin.
+func TestWebhookRetriesBackOff(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, func(received) int { return http.StatusServiceUnavailable })
+	_, client := start(t, &fakepay.Config{Webhooks: with(rc.config(), func(w *fakepay.WebhookConfig) {
+		w.RetryMin, w.RetryMax = 5*time.Millisecond, time.Second
+	})})
+	ctx, _ := keyed("wh-backoff")
+	_, err := client.Charge(ctx, req)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rc.received()) >= 5 }, 5*time.Second, time.Millisecond)
+	got := rc.received()
+	// The fourth retry waits 5 ms doubled three times: 40 ms.
+	require.GreaterOrEqual(t, got[4].At.Sub(got[3].At), 30*time.Millisecond, "the retries do not back off")
+}
+
+// WebhookFail set during a run loses the answer to the next delivery of an event, also of one
+// delivered before (here a replay).
+func TestWebhookFailSetLaterAppliesToAnEventDeliveredBefore(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	srv, client := start(t, &fakepay.Config{Webhooks: with(rc.config(), func(w *fakepay.WebhookConfig) {
+		w.RetryMin, w.RetryMax = 5*time.Millisecond, 10*time.Millisecond
+	})})
+	ctx, _ := keyed("wh-fail-later")
+	_, err := client.Charge(ctx, req)
+	require.NoError(t, err)
+	requireSettled(t, srv, 1)
+
+	put, err := http.NewRequest(http.MethodPut, client.BaseURL+"/faults", strings.NewReader(`{"webhook_fail":1}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(put)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.NoError(t, client.ReplayWebhook(context.Background(), "evt_00000001"))
+	require.Eventually(t, func() bool { return srv.Ledger().Webhooks.Pending == 0 && len(rc.received()) == 3 }, 5*time.Second, 5*time.Millisecond,
+		"the replay's first answer was not lost")
 }
