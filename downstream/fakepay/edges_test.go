@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,4 +218,31 @@ func TestWebhookFailSetLaterAppliesToAnEventDeliveredBefore(t *testing.T) {
 	require.NoError(t, client.ReplayWebhook(context.Background(), "evt_00000001"))
 	require.Eventually(t, func() bool { return srv.Ledger().Webhooks.Pending == 0 && len(rc.received()) == 3 }, 5*time.Second, 5*time.Millisecond,
 		"the replay's first answer was not lost")
+}
+
+// Only a 2xx answer delivers: a 3xx, a redirect (302) or not (300), is a failed attempt and is
+// retried; fakepay follows no redirect, as Stripe does not.
+func TestWebhook3xxIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusMultipleChoices, http.StatusFound} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			var answered atomic.Int32
+			rc := newReceiver(t, func(received) int {
+				if answered.Add(1) == 1 {
+					return status
+				}
+				return http.StatusOK
+			})
+			srv, client := start(t, &fakepay.Config{Webhooks: with(rc.config(), func(w *fakepay.WebhookConfig) {
+				w.RetryMin, w.RetryMax = 5*time.Millisecond, 10*time.Millisecond
+			})})
+			ctx, _ := keyed("wh-3xx")
+			_, err := client.Charge(ctx, req)
+			require.NoError(t, err)
+			w := requireSettled(t, srv, 1)
+			require.Equal(t, 2, w.Attempts, "the %d was taken for a delivery", status)
+			require.Equal(t, map[string]int{"evt_00000001": 1}, w.DeliveredByEvent)
+		})
+	}
 }
