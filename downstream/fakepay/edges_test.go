@@ -15,6 +15,7 @@ import (
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/temporaltest"
+	"github.com/tempotent/tempotent/keys"
 )
 
 // A run's counted fault (Config.Faults) applies to requests that carry no Fakepay-Fault header
@@ -245,4 +246,39 @@ func TestWebhook3xxIsAFailedAttempt(t *testing.T) {
 			require.Equal(t, map[string]int{"evt_00000001": 1}, w.DeliveredByEvent)
 		})
 	}
+}
+
+// Charges and refunds have IDs of their own: a charge made after a refund does not take the ID
+// of an earlier charge.
+func TestIDsAreNeverReused(t *testing.T) {
+	t.Parallel()
+	srv, client := start(t, nil)
+	ctx, tok := keyed("ids-first")
+	first, err := client.Charge(ctx, req)
+	require.NoError(t, err)
+	rf, err := client.Refund(refundCtx("ids-first"), tok)
+	require.NoError(t, err)
+	ctx, _ = keyed("ids-second")
+	second, err := client.Charge(ctx, req)
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID, second.ID)
+	ids := map[string]bool{rf.ID: true}
+	for _, c := range srv.Ledger().Charges {
+		require.False(t, ids[c.ID], "ID %s used twice", c.ID)
+		ids[c.ID] = true
+	}
+	require.Len(t, ids, 3)
+}
+
+// A dropped answer is a closed connection: the caller learns at once that the outcome is
+// unknown, without waiting for a timeout.
+func TestDropClosesTheConnectionAtOnce(t *testing.T) {
+	t.Parallel()
+	_, client := start(t, &fakepay.Config{Faults: fakepay.Faults{Drop: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, tok := keyed("drop-at-once")
+	_, err := client.Charge(keys.WithToken(ctx, tok), req)
+	temporaltest.RequireAppError(t, err, downstream.ErrTypeNetwork, true)
+	require.NoError(t, ctx.Err(), "the caller waited for its deadline: the connection was not closed")
 }
