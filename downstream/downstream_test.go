@@ -102,13 +102,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	req, _ := http.NewRequest(http.MethodPost, "https://api.example.com/v1/charges", nil)
-	respond := func(status int, body string, header http.Header) *http.Response {
-		if header == nil {
-			header = http.Header{}
-		}
-		return &http.Response{StatusCode: status, Body: io.NopCloser(strings.NewReader(body)), Header: header}
-	}
+	req := charges(t)
 	for _, tc := range []struct {
 		name      string
 		resp      *http.Response

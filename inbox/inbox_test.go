@@ -50,6 +50,21 @@ func ship(name, id string) func(context.Context, pgx.Tx) error {
 	}
 }
 
+// holdClaim claims m for ib in a transaction it leaves open, so that a concurrent delivery of m
+// waits on it, and returns that transaction; it is rolled back at the end of the test unless the
+// test commits it.
+func holdClaim(t *testing.T, ib *inbox.Inbox, m inbox.Message) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	holding, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holding.Rollback(ctx) })
+	first, err := ib.Claim(ctx, holding, m)
+	require.NoError(t, err)
+	require.True(t, first)
+	return holding
+}
+
 func TestProcessOncePerConsumer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -144,12 +159,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	// Past the lock timeout: in progress, retryable, and the caller's transaction still works.
 	short, err := inbox.New(pgtest.Pool(t), inbox.Config{Consumer: "shipper", Schema: name, LockTimeout: 50 * time.Millisecond})
 	require.NoError(t, err)
-	holding, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holding.Rollback(ctx) }()
-	first, err := short.Claim(ctx, holding, inbox.Message{ID: "evt-2"})
-	require.NoError(t, err)
-	require.True(t, first)
+	holdClaim(t, short, inbox.Message{ID: "evt-2"})
 
 	err = pgx.BeginFunc(ctx, pgtest.Pool(t), func(tx pgx.Tx) error {
 		_, err := short.Claim(ctx, tx, inbox.Message{ID: "evt-2"})
@@ -216,12 +226,7 @@ func TestSubMillisecondLockTimeoutStillTimesOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ib, name := setup(t, inbox.Config{Consumer: "shipper", LockTimeout: time.Microsecond})
-	holding, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holding.Rollback(ctx) }()
-	first, err := ib.Claim(ctx, holding, inbox.Message{ID: "evt-1"})
-	require.NoError(t, err)
-	require.True(t, first)
-	_, err = ib.Process(ctx, inbox.Message{ID: "evt-1"}, ship(name, "evt-1"))
+	holdClaim(t, ib, inbox.Message{ID: "evt-1"})
+	_, err := ib.Process(ctx, inbox.Message{ID: "evt-1"}, ship(name, "evt-1"))
 	require.ErrorIs(t, err, inbox.ErrInProgress)
 }

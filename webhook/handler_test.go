@@ -348,6 +348,26 @@ func TestHandlerReplayADayLater(t *testing.T) {
 	require.Equal(t, first, k.messages(t), "the message was put again")
 }
 
+// With HandlerConfig.Retention left zero, a delivery ID is remembered for RetentionDefault, 30
+// days (Stripe retries for three, and operators resend by hand later): Purge forgets it only
+// after that.
+func TestHandlerRemembersDeliveriesForTheDefaultRetention(t *testing.T) {
+	t.Parallel()
+	k := newHook(t, webhook.HandlerConfig{})
+	body := event("evt_1", 1000)
+	requireOK(t, k.post("/", stripeHeader(webhook.SignStripe(stripeSecret, now, body)), body), false)
+
+	k.exec(t, `UPDATE {{schema}}.inbox SET processed_at = processed_at - interval '29 days 23 hours'`)
+	purged, err := k.Purge(context.Background(), 0)
+	require.NoError(t, err)
+	require.Zero(t, purged, "a delivery ID was forgotten within the default retention of 30 days")
+
+	k.exec(t, `UPDATE {{schema}}.inbox SET processed_at = processed_at - interval '2 hours'`)
+	purged, err = k.Purge(context.Background(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, purged, "a delivery ID was kept past the default retention of 30 days")
+}
+
 // TestHandlerReplayPastRetentionIsNewEvent documents the horizon of the deduplication: a
 // delivery ID is remembered for HandlerConfig.Retention by the inbox, and its message for the
 // outbox's retention by the outbox. Past both (and once Handler.Purge and Outbox.Prune have run), a redelivery

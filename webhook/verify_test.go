@@ -60,6 +60,11 @@ func v1(signature string) string {
 	return sig
 }
 
+// padTo returns s followed by as many 'a' as make it n bytes long.
+func padTo(s string, n int) string {
+	return s + strings.Repeat("a", n-len(s))
+}
+
 func TestStripeVerify(t *testing.T) {
 	t.Parallel()
 
@@ -86,6 +91,7 @@ func TestStripeVerify(t *testing.T) {
 		{name: "V0AndUnknownElementsIgnored", header: stripeHeader(at + ",v0=deadbeef," + good + ",x=y"), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now}},
 		{name: "SpacesAroundElements", header: stripeHeader(at + ", " + good), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now}},
 		{name: "EightSignatures", header: stripeHeader(at + strings.Repeat(","+junk, 7) + "," + good), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now}},
+		{name: "HeaderAtTheLimit", header: stripeHeader(padTo(at+","+good+",x=", 4096)), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now}},
 		{name: "AtTolerancePast", header: signed(stripeSecret, now.Add(-webhook.ToleranceDefault), body), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now.Add(-webhook.ToleranceDefault)}},
 		{name: "AtToleranceFuture", header: signed(stripeSecret, now.Add(webhook.ToleranceDefault), body), want: webhook.Delivery{ID: "evt_1", Type: "charge.succeeded", Timestamp: now.Add(webhook.ToleranceDefault)}},
 		{name: "NoType", header: signed(stripeSecret, now, []byte(`{"id":"evt_2"}`)), body: []byte(`{"id":"evt_2"}`), want: webhook.Delivery{ID: "evt_2", Timestamp: now}},
@@ -103,6 +109,7 @@ func TestStripeVerify(t *testing.T) {
 		{name: "EmptyHeader", header: stripeHeader(""), wantErr: webhook.ErrNoSignature},
 		{name: "TwoHeaders", header: stripeHeader(webhook.SignStripe(stripeSecret, now, body), webhook.SignStripe(stripeSecret, now, body)), wantErr: webhook.ErrMalformed},
 		{name: "HeaderTooLong", header: stripeHeader(at + "," + good + ",x=" + strings.Repeat("a", 4096)), wantErr: webhook.ErrMalformed},
+		{name: "HeaderOneByteOverTheLimit", header: stripeHeader(padTo(at+","+good+",x=", 4097)), wantErr: webhook.ErrMalformed},
 		{name: "Garbage", header: stripeHeader("garbage"), wantErr: webhook.ErrMalformed},
 		{name: "EmptyElement", header: stripeHeader(at + ",," + good), wantErr: webhook.ErrMalformed},
 		{name: "NoTimestamp", header: stripeHeader(good), wantErr: webhook.ErrMalformed},
@@ -124,6 +131,7 @@ func TestStripeVerify(t *testing.T) {
 		{name: "EventIDNotString", header: signed(stripeSecret, now, []byte(`{"id":5}`)), body: []byte(`{"id":5}`), wantErr: webhook.ErrMalformed},
 		{name: "EventIDOtherCase", header: signed(stripeSecret, now, []byte(`{"ID":"evt_1"}`)), body: []byte(`{"ID":"evt_1"}`), wantErr: webhook.ErrMalformed},
 		{name: "EventIDControlCharacter", header: signed(stripeSecret, now, []byte(`{"id":"evt\u0000"}`)), body: []byte(`{"id":"evt\u0000"}`), wantErr: webhook.ErrMalformed},
+		{name: "EventIDStartsWithControlCharacter", header: signed(stripeSecret, now, []byte(`{"id":"\u0001evt_1"}`)), body: []byte(`{"id":"\u0001evt_1"}`), wantErr: webhook.ErrMalformed},
 		{name: "TypeNotString", header: signed(stripeSecret, now, []byte(`{"id":"evt_1","type":1}`)), body: []byte(`{"id":"evt_1","type":1}`), wantErr: webhook.ErrMalformed},
 		{name: "BodyNotJSON", header: signed(stripeSecret, now, []byte(`id=evt_1`)), body: []byte(`id=evt_1`), wantErr: webhook.ErrMalformed},
 		{name: "BodyNull", header: signed(stripeSecret, now, []byte(`null`)), body: []byte(`null`), wantErr: webhook.ErrMalformed},
@@ -238,6 +246,7 @@ func TestStandardWebhooksVerify(t *testing.T) {
 		{name: "RotationBothSignaturesSent", header: headers(id, at, sigOf(swOldSecret, now, body)+" "+good), want: delivery},
 		{name: "OtherVersionsIgnored", header: headers(id, at, "v1a,aGVsbG8= v2,"+strings.TrimPrefix(good, "v1,")+"  "+good), want: delivery},
 		{name: "EightSignatures", header: headers(id, at, strings.Repeat(junk+" ", 7)+good), want: delivery},
+		{name: "SignatureHeaderAtTheLimit", header: headers(id, at, padTo(good+" v2,", 4096)), want: delivery},
 		{name: "AtTolerancePast", header: signStandard(t, swSecret, id, now.Add(-webhook.ToleranceDefault), body), want: webhook.Delivery{ID: id, Type: "contact.created", Timestamp: now.Add(-webhook.ToleranceDefault)}},
 		{name: "AtToleranceFuture", header: signStandard(t, swSecret, id, now.Add(webhook.ToleranceDefault), body), want: webhook.Delivery{ID: id, Type: "contact.created", Timestamp: now.Add(webhook.ToleranceDefault)}},
 		{name: "BodyNotJSON", header: headers(id, at, sigOf(swSecret, now, []byte("plain text"))), body: []byte("plain text"), want: webhook.Delivery{ID: id, Timestamp: now}},
@@ -263,8 +272,10 @@ func TestStandardWebhooksVerify(t *testing.T) {
 		{name: "TwoSignatureHeaders", header: with(func(h http.Header) { h.Add("Webhook-Signature", good) }), wantErr: webhook.ErrMalformed},
 		{name: "TwoIDs", header: with(func(h http.Header) { h.Add("Webhook-Id", "msg_other") }), wantErr: webhook.ErrMalformed},
 		{name: "SignatureHeaderTooLong", header: headers(id, at, good+" v2,"+strings.Repeat("a", 4096)), wantErr: webhook.ErrMalformed},
+		{name: "SignatureHeaderOneByteOverTheLimit", header: headers(id, at, padTo(good+" v2,", 4097)), wantErr: webhook.ErrMalformed},
 		{name: "IDTooLong", header: headers(strings.Repeat("m", 4097), at, good), wantErr: webhook.ErrMalformed},
 		{name: "IDControlCharacter", header: headers("msg\x01", at, good), wantErr: webhook.ErrMalformed},
+		{name: "IDStartsWithControlCharacter", header: headers("\x01msg", at, good), wantErr: webhook.ErrMalformed},
 		{name: "IDInvalidUTF8", header: headers("msg\xff", at, good), wantErr: webhook.ErrMalformed},
 		{name: "TimestampNotInteger", header: headers(id, at+".0", good), wantErr: webhook.ErrMalformed},
 		{name: "TimestampMilliseconds", header: headers(id, at+"000", good), wantErr: webhook.ErrMalformed},

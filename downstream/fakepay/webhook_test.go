@@ -497,9 +497,10 @@ func TestConfigValidate(t *testing.T) {
 		cfg  fakepay.WebhookConfig
 		want string
 	}{
-		"NoSecret":      {fakepay.WebhookConfig{URL: "http://127.0.0.1:1/hook"}, "Webhooks.Secret is required"},
-		"NotHTTP":       {fakepay.WebhookConfig{URL: "127.0.0.1:1/hook", Secret: "s"}, "Webhooks.URL"},
-		"NegativeDelay": {fakepay.WebhookConfig{AsyncDelay: -time.Second}, "Webhooks.AsyncDelay cannot be less than zero"},
+		"NoSecret":       {fakepay.WebhookConfig{URL: "http://127.0.0.1:1/hook"}, "Webhooks.Secret is required"},
+		"NotHTTP":        {fakepay.WebhookConfig{URL: "127.0.0.1:1/hook", Secret: "s"}, "Webhooks.URL"},
+		"NotHTTPOrHTTPS": {fakepay.WebhookConfig{URL: "ftp://127.0.0.1:1/hook", Secret: "s"}, "Webhooks.URL"},
+		"NegativeDelay":  {fakepay.WebhookConfig{AsyncDelay: -time.Second}, "Webhooks.AsyncDelay cannot be less than zero"},
 		"RetryMaxBelowMin": {fakepay.WebhookConfig{RetryMin: time.Second, RetryMax: time.Millisecond},
 			"Webhooks.RetryMax (1ms) cannot be less than RetryMin (1s)"},
 	} {

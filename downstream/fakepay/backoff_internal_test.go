@@ -1,0 +1,29 @@
+package fakepay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBackoffDoublesUpToTheLimit: the wait after a delivery's nth failed attempt is first,
+// doubled n-1 times, and never more than limit.
+func TestBackoffDoublesUpToTheLimit(t *testing.T) {
+	t.Parallel()
+	const first, limit = 5 * time.Millisecond, time.Second
+	for _, tc := range []struct {
+		attempts int
+		want     time.Duration
+	}{
+		{attempts: 1, want: first},
+		{attempts: 2, want: 2 * first},
+		{attempts: 4, want: 8 * first},
+		{attempts: 8, want: 640 * time.Millisecond},
+		{attempts: 9, want: limit},
+		{attempts: 1000, want: limit},
+	} {
+		require.Equal(t, tc.want, backoff(tc.attempts, first, limit), "backoff(%d, %v, %v)", tc.attempts, first, limit)
+	}
+	require.Equal(t, 12*time.Millisecond, backoff(3, first, 12*time.Millisecond), "a limit between two doublings")
+}
