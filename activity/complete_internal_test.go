@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
@@ -120,4 +122,51 @@ func TestRetryAfterIsBounded(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, s.retryAfter(time.Millisecond))
 	require.Equal(t, 2*time.Second, s.retryAfter(2*time.Second))
 	require.Equal(t, 5*time.Second, s.retryAfter(time.Hour))
+}
+
+// TestLockedCompletionRetriesUntilTheExtendedLeaseEnds: a completion that meets its receipt
+// locked writes again until the attempt's lease ends, and a heartbeat that extended the lease
+// (leaseHolder.extend) moves that end. Here the lease the attempt started with (1 s) ends while
+// the receipt is locked, the one its extension gave it (1 min) does not: no other attempt can
+// take the receipt over yet, so the completion keeps writing and the result is recorded once
+// the lock is gone, instead of being dropped at the end of the first lease.
+func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	s, err := NewStore(pool, &Config{Schema: schema, LockTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	fp, err := keys.FingerprintOf(1)
+	require.NoError(t, err)
+	c := Call{Key: keys.Key{Namespace: "default", Tenant: "acme", Operation: "Charge", ID: "order-1/charge"}, Fingerprint: fp, Lease: time.Second}
+	result, err := converter.GetDefaultDataConverter().ToPayload("ch_1")
+	require.NoError(t, err)
+
+	started := time.Now()
+	unlocked := make(chan struct{})
+	_, err = s.do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
+		if err := leaseFrom(ctx).extend(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.Key.ID); err != nil {
+			return nil, err
+		}
+		go func() { // unlock well past the first lease's end
+			defer close(unlocked)
+			time.Sleep(time.Until(started.Add(3 * time.Second)))
+			_ = tx.Rollback(context.Background())
+		}()
+		return result, nil
+	})
+	<-unlocked
+	require.NoError(t, err, "the completion gave up at the end of the lease it started with, though a heartbeat had extended it")
+	got, err := s.read(ctx, c.Key)
+	require.NoError(t, err)
+	require.Equal(t, StateCompleted, got.state)
 }
