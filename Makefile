@@ -101,6 +101,9 @@ explore: ## Explore from SEED: receipts (N=3000, ~2 min; PARTITIONED=1 ~15), dis
 # mutates only the lines changed since REV (what CI runs on a day's changes).
 MUTATE_PKGS ?= keys saga activity outbox inbox webhook downstream
 MUTATE_DIFF ?=
+# gremlins v0.6.0 runs from inside the package with git's diffs relative to it and without context
+# lines: from the module's root its --diff matches no file (git names them from the root, gremlins
+# from the package) and takes a hunk's context lines as changed.
 # MUTATE_THRESHOLD=90 fails the run when a package's efficacy (killed over killed and lived) is lower
 # (checked here: gremlins v0.6.0's own --threshold-efficacy exits 0 whatever the score).
 MUTATE_THRESHOLD ?=
@@ -108,9 +111,11 @@ mutate: $(GREMLINS) ## Mutation-test every package the promise rests on (MUTATE_
 	@mkdir -p .tmp
 	for p in $(MUTATE_PKGS); do \
 		echo "== gremlins: $$p"; \
-		GOFLAGS=-count=1 TEMPOTENT_EXPLORE_N=100 TEMPOTENT_EXPLORE_OUTBOX_N=2 TEMPOTENT_EXPLORE_SAGAS_N=8 \
-			$(GREMLINS) unleash --workers 1 --timeout-coefficient 5 $(if $(MUTATE_DIFF),--diff $(MUTATE_DIFF)) \
-			--output-statuses lt ./$$p | tee .tmp/gremlins-$$p.txt || exit 1; \
+		(cd $$p && GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true \
+			GIT_CONFIG_KEY_1=diff.context GIT_CONFIG_VALUE_1=0 \
+			GOFLAGS=-count=1 TEMPOTENT_EXPLORE_N=100 TEMPOTENT_EXPLORE_OUTBOX_N=2 TEMPOTENT_EXPLORE_SAGAS_N=8 \
+			$(CURDIR)/$(GREMLINS) unleash --workers 1 --timeout-coefficient 5 $(if $(MUTATE_DIFF),--diff $(MUTATE_DIFF)) \
+			--output-statuses lt $(CURDIR)/$$p) | tee .tmp/gremlins-$$p.txt || exit 1; \
 		$(if $(MUTATE_THRESHOLD),awk -v min=$(MUTATE_THRESHOLD) -v pkg=$$p '/^Test efficacy:/ { seen = 1; e = $$3 + 0; if (e < min) { print "mutate: " pkg " efficacy " e "% is below " min "%"; exit 1 } } END { if (!seen) { print "mutate: gremlins printed no efficacy for " pkg; exit 1 } }' .tmp/gremlins-$$p.txt || exit 1;) \
 	done
 
