@@ -112,7 +112,7 @@ func BenchmarkReplay(b *testing.B) {
 	}
 }
 
-// BenchmarkDoTx: a stock reservation with an outbox row through DoTx against the same
+// BenchmarkDoTx: a stock reservation with an outbox row through DoInNewTx against the same
 // transaction without tempotent.
 func BenchmarkDoTx(b *testing.B) {
 	s, pool, counter, schema := benchStore(b)
@@ -147,9 +147,9 @@ func BenchmarkDoTx(b *testing.B) {
 }
 
 // TestRoundTripBudget holds the operations to the module DESIGN.md's budget, counted by a pgx tracer: first
-// execution 2 round trips (with a durable or an asynchronous reservation), replay 1, DoTx as many
+// execution 2 round trips (with a durable or an asynchronous reservation), replay 1, DoInNewTx as many
 // as the same transaction without tempotent (BEGIN carries the receipt read, COMMIT the INSERT),
-// and a DoTx replay 2 (BEGIN with the read, then ROLLBACK).
+// and a DoInNewTx replay 2 (BEGIN with the read, then ROLLBACK).
 func TestRoundTripBudget(t *testing.T) {
 	t.Parallel()
 	counter := &pgtest.Counter{}

@@ -164,7 +164,7 @@ func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnE
 	return nil, fnErr
 }
 
-// answerTx answers a DoTx call from an existing receipt.
+// answerTx answers a DoInNewTx or DoInTx call (RegisterTx) from an existing receipt.
 func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, error) {
 	if err := s.checkFingerprint(c, r, obs); err != nil {
 		return nil, err
@@ -173,7 +173,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 		return nil, err
 	}
 	if r.state == StatePending {
-		// Only Do leaves receipts pending; a key must not be shared between Do and DoTx.
+		// Only Do leaves receipts pending; a key must not be shared between Do and the transactional paths (RegisterTx, DoInNewTx, DoInTx).
 		obs.count(MetricInProgress)
 		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}
 	}

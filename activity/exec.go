@@ -24,7 +24,7 @@ func newReservation() reservation {
 // uuid is r as the bind parameter of a uuid column.
 func (r reservation) uuid() pgtype.UUID { return pgtype.UUID{Bytes: r, Valid: true} }
 
-// batcher is where receipt statements go: the pool, or the connection that DoTx holds.
+// batcher is where receipt statements go: the pool, or the connection that DoInNewTx holds.
 type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }

@@ -27,7 +27,7 @@ import (
 //     inserted by a concurrent transaction is either committed by then (and found) or still
 //     holding the lock (and waited for). A duplicate reservation (pending) is skipped, as the
 //     reserving statements' ON CONFLICT DO NOTHING would have; a duplicate finished receipt
-//     (DoTx) fails with unique_violation, as its plain INSERT would have.
+//     (DoInNewTx, DoInTx) fails with unique_violation, as its plain INSERT would have.
 //   - Retention. Purge creates the partitions of the days ahead (partitionsAhead), and retires
 //     a day once the store's retention and a day's grace have passed since it ended: it first
 //     moves the receipts that must stay — unresolved ones, and live ones whose retention a

@@ -253,7 +253,7 @@ func (s *Store) read(ctx context.Context, k keys.Key) (receipt, error) {
 	return s.readOn(ctx, s.receipts, k)
 }
 
-// readOn reads k's receipt through db: DoTx reads on the connection it already holds, since
+// readOn reads k's receipt through db: DoInNewTx reads on the connection it already holds, since
 // waiting for a second one from the pool could wait forever when every connection is held by a
 // duplicate doing the same.
 func (s *Store) readOn(ctx context.Context, db batcher, k keys.Key) (receipt, error) {

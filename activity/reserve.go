@@ -18,7 +18,7 @@ import (
 // reservations must.
 //
 // A batch that fails as a whole (most likely a lock wait: a key of the batch inserted by
-// another transaction that has not committed, such as a DoTx of the same intent) is not
+// another transaction that has not committed, such as a DoInNewTx of the same intent) is not
 // retried as a batch: each of its reservations is written again on its own, so that one busy key
 // delays, or fails, only its own attempt.
 //

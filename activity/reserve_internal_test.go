@@ -193,7 +193,7 @@ func TestConcurrentReservationsShareAStatement(t *testing.T) {
 }
 
 // TestReservationBatchWithABusyKeyGoesAlone puts in a batch a key that another transaction has
-// inserted and not committed (as an open DoTx of the same intent has): the batch gives up after
+// inserted and not committed (as an open DoInNewTx of the same intent has): the batch gives up after
 // the lock timeout, and each reservation is written again on its own, so that only the busy key
 // fails — the others are reserved.
 func TestReservationBatchWithABusyKeyGoesAlone(t *testing.T) {

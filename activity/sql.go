@@ -89,7 +89,7 @@ func newStatements(table string) statements {
 		completeBatchSettings: `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true),
 	set_config('enable_seqscan', 'off', true)`,
 
-		// txSettings open a DoTx transaction: its lock timeout, and how long it may sit idle
+		// txSettings open a DoInNewTx transaction: its lock timeout, and how long it may sit idle
 		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
 		txSettings: `SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`,
 
@@ -214,7 +214,7 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5
 UPDATE %[1]s SET lease_expires_at = now() + $6::bigint * interval '1 microsecond', updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND %[2]s`, table, stillPending),
 
-		// insertFinal writes a finished receipt in one statement (DoTx). It is a plain INSERT on
+		// insertFinal writes a finished receipt in one statement (DoInNewTx, DoInTx). It is a plain INSERT on
 		// purpose: when a concurrent duplicate committed first, the unique index fails it, which
 		// aborts the transaction it was sent in, business writes included.
 		insertFinal: fmt.Sprintf(`

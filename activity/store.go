@@ -28,7 +28,7 @@ const (
 	// MaxPayloadBytesDefault bounds a stored result. Temporal refuses payloads above 2 MiB by
 	// default; a smaller limit keeps receipts rows well clear of it.
 	MaxPayloadBytesDefault = 1 << 20
-	// LeaseDefault is the lease taken when the context has no deadline (Do and DoTx called
+	// LeaseDefault is the lease taken when the context has no deadline (Do and DoInNewTx called
 	// outside an activity without Call.Lease). Activities lease until their own deadline.
 	LeaseDefault = time.Minute
 	// InProgressDelayMaxDefault caps the retry delay of an InProgressError: the attempt that
@@ -66,8 +66,8 @@ type Config struct {
 	InProgressWait time.Duration
 	// LockTimeout bounds how long a receipt statement waits for a row lock that another
 	// transaction holds; the statement then fails with a retryable StoreError, or, for a
-	// DoTx whose duplicate holds the lock, an InProgressError. It also applies to the
-	// statements of DoTx's function, so that a duplicate never waits on an attempt that
+	// DoInNewTx whose duplicate holds the lock, an InProgressError. It also applies to the
+	// statements of DoInNewTx's function, so that a duplicate never waits on an attempt that
 	// stalled with its transaction open. Default LockTimeoutDefault.
 	LockTimeout time.Duration
 	// StatementTimeout bounds how long one receipt statement may run. Default

@@ -116,7 +116,7 @@ func TestLockTimeoutBoundsACompletion(t *testing.T) {
 	}
 }
 
-// A DoTx duplicate must not wait until the activity's deadline on a duplicate that stalled with
+// A DoInNewTx duplicate must not wait until the activity's deadline on a duplicate that stalled with
 // its transaction open: its statements run under the lock timeout, and it is told to retry.
 func TestDoTxDuplicateDoesNotBlockOnAStalledAttempt(t *testing.T) {
 	t.Parallel()
