@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -189,21 +187,15 @@ func TestScopesOnTheDevServer(t *testing.T) {
 		t.Parallel()
 		run := start(t, client.StartWorkflowOptions{ID: "reset"}, "reset", 0)
 		require.Eventually(t, func() bool { tokens, _ := e.of("reset"); return len(tokens) == 1 }, 30*time.Second, 50*time.Millisecond)
-		reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-			Namespace:                 "default",
-			WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: "reset", RunId: run.GetRunID()},
-			Reason:                    "test: replay the charge",
-			WorkflowTaskFinishEventId: 4, // the first workflow task's completion: the charge is scheduled again
-			RequestId:                 "reset-1",
-		})
+		resetRun, err := devserver.ResetToStart(ctx, c, "reset", run.GetRunID(), "test: replay the charge")
 		require.NoError(t, err)
 		var token string
 		require.Eventually(t, func() bool {
-			d, err := c.DescribeWorkflow(ctx, "reset", reset.RunId)
+			d, err := c.DescribeWorkflow(ctx, "reset", resetRun)
 			return err == nil && d.RawResponse.PendingActivities == nil && d.RawResponse.WorkflowExecutionInfo.GetHistoryLength() > 6
 		}, 30*time.Second, 100*time.Millisecond)
-		require.NoError(t, c.SignalWorkflow(ctx, "reset", reset.RunId, "finish", nil))
-		require.NoError(t, c.GetWorkflow(ctx, "reset", reset.RunId).Get(ctx, &token))
+		require.NoError(t, c.SignalWorkflow(ctx, "reset", resetRun, "finish", nil))
+		require.NoError(t, c.GetWorkflow(ctx, "reset", resetRun).Get(ctx, &token))
 		tokens, _ := e.of("reset")
 		require.Equal(t, []string{token}, tokens, "the reset run charged again")
 	})

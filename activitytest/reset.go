@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
@@ -110,20 +108,14 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: Check.Effects does not count this activity's effect", PathReset, n)
 	}
 	r.endLease(PathReset, token)
-	reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 "default",
-		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: run.GetRunID()},
-		Reason:                    "activitytest: run the activity again, as an operator's reset does",
-		WorkflowTaskFinishEventId: 4, // the first workflow task's completion: the activity is scheduled again
-		RequestId:                 id,
-	})
+	resetRun, err := devserver.ResetToStart(ctx, c, id, run.GetRunID(), "activitytest: run the activity again, as an operator's reset does")
 	if err != nil {
 		tb.Fatalf("activitytest: %s: reset the workflow: %v", PathReset, err)
 	}
 	var out Out
 	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err = c.GetWorkflow(getCtx, id, reset.RunId).Get(getCtx, &out)
+	err = c.GetWorkflow(getCtx, id, resetRun).Get(getCtx, &out)
 	if n := check.Effects() - before; n != 1 {
 		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the reset run's attempt, which took over the receipt under the same token, had the effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, not an ID of the run or the activity", PathReset, n)
 	}

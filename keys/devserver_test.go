@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -195,18 +193,12 @@ func TestParentRunAgainDoesNotChargeTwiceThroughAChild(t *testing.T) {
 			d, err := c.DescribeWorkflow(ctx, "reset", r.GetRunID())
 			return err == nil && len(d.RawResponse.GetPendingChildren()) == 0
 		}, 30*time.Second, 50*time.Millisecond)
-		reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-			Namespace:                 "default",
-			WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: "reset", RunId: r.GetRunID()},
-			Reason:                    "test: start the child again",
-			WorkflowTaskFinishEventId: 4, // the first workflow task's completion: the child is started again
-			RequestId:                 "reset-1",
-		})
+		resetRun, err := devserver.ResetToStart(ctx, c, "reset", r.GetRunID(), "test: start the child again")
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(log.of("reset/ship")) == 2 }, 30*time.Second, 50*time.Millisecond)
-		require.NoError(t, c.SignalWorkflow(ctx, "reset", reset.GetRunId(), "finish", nil))
+		require.NoError(t, c.SignalWorkflow(ctx, "reset", resetRun, "finish", nil))
 		var got string
-		require.NoError(t, c.GetWorkflow(ctx, "reset", reset.GetRunId()).Get(ctx, &got))
+		require.NoError(t, c.GetWorkflow(ctx, "reset", resetRun).Get(ctx, &got))
 		require.Equal(t, []string{got, got}, log.of("reset/ship"), "the reset parent's child charged under another key")
 	})
 }

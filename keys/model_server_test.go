@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -125,17 +123,11 @@ func TestKeyModelOnTheDevServer(t *testing.T) {
 				require.NoError(t, err)
 				if mode == "reset" {
 					require.Eventually(t, func() bool { return len(reports.of(id)) == 1 }, time.Minute, 50*time.Millisecond)
-					reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-						Namespace:                 "default",
-						WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: r.GetRunID()},
-						Reason:                    "test: run the program again",
-						WorkflowTaskFinishEventId: 4, // the first workflow task's completion: everything runs again
-						RequestId:                 id,
-					})
+					resetRun, err := devserver.ResetToStart(ctx, c, id, r.GetRunID(), "test: run the program again")
 					require.NoError(t, err)
 					require.Eventually(t, func() bool { return len(reports.of(id)) == 2 }, time.Minute, 50*time.Millisecond)
-					require.NoError(t, c.SignalWorkflow(ctx, id, reset.GetRunId(), "finish", nil))
-					r = c.GetWorkflow(ctx, id, reset.GetRunId())
+					require.NoError(t, c.SignalWorkflow(ctx, id, resetRun, "finish", nil))
+					r = c.GetWorkflow(ctx, id, resetRun)
 				}
 				require.NoError(t, r.Get(ctx, nil))
 				runs := reports.of(id)

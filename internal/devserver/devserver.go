@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -161,4 +163,22 @@ func ForTest(tb TB, cli string, copts client.Options) client.Client {
 	}
 	tb.Cleanup(srv.Stop)
 	return srv.Client()
+}
+
+// ResetToStart resets the workflow run (id, runID) in the default namespace to the completion of
+// its first workflow task, as an operator's `temporal workflow reset --type FirstWorkflowTask`
+// does: everything the run scheduled is scheduled again, under the same workflow ID and a new run
+// ID, which it returns. The request ID is the workflow ID, so that a retried call resets once.
+func ResetToStart(ctx context.Context, c client.Client, id, runID, reason string) (string, error) {
+	reset, err := c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 "default",
+		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
+		Reason:                    reason,
+		WorkflowTaskFinishEventId: 4, // 1 started, 2 task scheduled, 3 task started, 4 task completed
+		RequestId:                 id,
+	})
+	if err != nil {
+		return "", fmt.Errorf("reset workflow %s to its start: %w", id, err)
+	}
+	return reset.GetRunId(), nil
 }
