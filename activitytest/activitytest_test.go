@@ -1,11 +1,13 @@
 package activitytest_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/activitytest"
+	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -36,32 +39,66 @@ type charge struct {
 	ID string `json:"id"`
 }
 
-// client posts a charge to the recording downstream under key ("" sends no key).
+// post posts a charge to the recording downstream under key ("" sends no key), with net/http's
+// default client.
 func post(ctx context.Context, url, key string) (charge, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/charges", nil)
+	return postWith(ctx, http.DefaultClient, url+"/v1/charges", key, nil)
+}
+
+// client sends each request once, as downstream.Transport does: net/http alone sends a request
+// that carries an Idempotency-Key again when a reused connection breaks after it was written.
+var client = &http.Client{Transport: &downstream.Transport{}}
+
+// postBody posts body as JSON to url under key with client, and fails with the downstream's
+// answer unless it is 200.
+func postBody(ctx context.Context, url, key string, body any) (charge, error) {
+	return postWith(ctx, client, url, key, body)
+}
+
+func postWith(ctx context.Context, client *http.Client, url, key string, body any) (charge, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return charge{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
 	if err != nil {
 		return charge{}, err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return charge{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return charge{}, fmt.Errorf("downstream answered %s", resp.Status)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return charge{}, fmt.Errorf("downstream answered %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	var c charge
 	return c, json.NewDecoder(resp.Body).Decode(&c)
 }
 
-// The three ways to send a charge: under the intent's token, and two natural mistakes.
+// The ways to send a charge: under the intent's token, and the mistakes users make.
 func safeCharge(url string) func(context.Context, chargeRequest) (charge, error) {
-	return func(ctx context.Context, _ chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
 		tok, _ := keys.TokenFrom(ctx)
-		return post(ctx, url, tok.String())
+		return postBody(ctx, url+"/v1/charges", tok.String(), in)
+	}
+}
+
+// defaultClientCharge sends its token with net/http's default client, which sends a request
+// again by itself when a reused connection breaks after it was written.
+func defaultClientCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		return postWith(ctx, http.DefaultClient, url+"/v1/charges", tok.String(), in)
 	}
 }
 
@@ -75,6 +112,105 @@ func randomKeyCharge(url string) func(context.Context, chargeRequest) (charge, e
 
 func noKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
 	return func(ctx context.Context, _ chargeRequest) (charge, error) { return post(ctx, url, "") }
+}
+
+// tokenAndAttemptCharge adds the attempt to the token: one key per attempt.
+func tokenAndAttemptCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		return postBody(ctx, url+"/v1/charges", fmt.Sprintf("%s/%d", tok, sdkactivity.GetInfo(ctx).Attempt), in)
+	}
+}
+
+// taskTokenKeyCharge remembers a key per task token, in memory: the same key for the retries of
+// one attempt, and a new one for each of Temporal's attempts.
+func taskTokenKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	var mu sync.Mutex
+	byTaskToken := map[string]string{}
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		mu.Lock()
+		t := string(sdkactivity.GetInfo(ctx).TaskToken)
+		if byTaskToken[t] == "" {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			byTaskToken[t] = hex.EncodeToString(b[:])
+		}
+		key := byTaskToken[t]
+		mu.Unlock()
+		return postBody(ctx, url+"/v1/charges", key, in)
+	}
+}
+
+// runIDKeyCharge builds its idempotency key from the run and activity IDs: stable across the
+// retries of one run, and new after a reset.
+func runIDKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, _ chargeRequest) (charge, error) {
+		info := sdkactivity.GetInfo(ctx)
+		return post(ctx, url, info.WorkflowExecution.RunID+"/"+info.ActivityID)
+	}
+}
+
+// notAppliedCharge sends its token but marks every failed request NotApplied, a 500 after the
+// provider charged too.
+func notAppliedCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		c, err := safeCharge(url)(ctx, in)
+		if err != nil {
+			return c, activity.NotApplied(err)
+		}
+		return c, nil
+	}
+}
+
+// stampedCharge sends its token with a request that changes between attempts: the time it was
+// built, in the description.
+func stampedCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		body := map[string]any{"order": in.Order, "amount": in.Amount, "description": "charged at " + time.Now().Format(time.RFC3339Nano)}
+		return postBody(ctx, url+"/v1/charges", tok.String(), body)
+	}
+}
+
+// twoChargesPerCall charges twice per call, under two keys.
+func twoChargesPerCall(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		if _, err := postBody(ctx, url+"/v1/charges", tok.String()+"/deposit", in); err != nil {
+			return charge{}, err
+		}
+		return postBody(ctx, url+"/v1/charges", tok.String()+"/balance", in)
+	}
+}
+
+// The items of a batch charge, and the path each is sent to.
+var batchItems = []string{"a", "b", "c"}
+
+func itemPath(item string) string { return "/v1/transfers/" + item }
+
+// batchCharge pays each item of the order under the item's own token (ForEach), declaring
+// the downstream deduplicating when declared; with notApplied, it marks every failed transfer
+// NotApplied.
+func batchCharge(store *activity.Store, declared, notApplied bool) func(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(url string) func(context.Context, chargeRequest) (charge, error) {
+		return func(ctx context.Context, in chargeRequest) (charge, error) {
+			results, err := activity.ForEach(ctx, store, batchItems, activity.Items[string]{
+				ID: func(item string) string { return item }, Operation: "Transfer",
+				Options: activity.Options{DownstreamDeduplicates: declared},
+			}, func(ctx context.Context, item string) (charge, error) {
+				tok, _ := keys.TokenFrom(ctx)
+				c, err := postBody(ctx, url+itemPath(item), tok.String(), in)
+				if err != nil && notApplied {
+					return c, activity.NotApplied(err)
+				}
+				return c, err
+			})
+			if err != nil {
+				return charge{}, err
+			}
+			return charge{ID: results[0].Out.ID}, nil
+		}
+	}
 }
 
 // failures runs check against a recording testing.TB and returns what it reported.
@@ -111,64 +247,128 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+// harnessCase is an activity, safe or not, as a user might write it, and the downstream it
+// runs against.
+type harnessCase struct {
+	name     string
+	activity func(url string) func(context.Context, chargeRequest) (charge, error)
+	batch    func(store *activity.Store, declared bool) func(url string) func(context.Context, chargeRequest) (charge, error)
+	dedup    bool     // the downstream deduplicates
+	declared bool     // the activity declares it does (Options.DownstreamDeduplicates)
+	want     []string // nil: the check passes it; else what each failure must say, all of it
+}
+
+// harnessCases are the activities every activitytest check is tried with: the safe ones must
+// pass, and each unsafe one must fail with a message that names what is wrong with it.
+var harnessCases = []harnessCase{
+	{name: "SendsItsToken", activity: safeCharge, dedup: true, declared: true},
+	// A downstream that does not deduplicate, declared as such: a takeover after a possible
+	// effect fails OutcomeUnknown instead of charging again.
+	{name: "NonDeduplicatingDownstreamDeclaredAsSuch", activity: safeCharge},
+	{name: "BatchSendsEachItemsToken", batch: batchOf(false), dedup: true, declared: true},
+
+	{name: "RandomKeyPerAttempt", activity: randomKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1", activitytest.PathTimeoutWhileRuns + ": 2 effects for one intent, want 1", "Send the token"}},
+	{name: "IgnoresTheToken", activity: noKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
+	{name: "ClaimsADeduplicatingDownstream", activity: safeCharge, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1", "set Options.DownstreamDeduplicates only for a downstream that deduplicates"}},
+	// Issue 38's first three: each passed the harness that ran every attempt alike.
+	{name: "KeyOfTheTokenAndTheAttempt", activity: tokenAndAttemptCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1", "not the attempt, the task token"}},
+	{name: "KeyPerTaskTokenInMemory", activity: taskTokenKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
+	{name: "KeyOfTheRunID", activity: runIDKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathNewRun + ": 2 effects for one intent, want 1"}},
+	{name: "RequestChangesBetweenAttempts", activity: stampedCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": the attempt that took over failed", "idempotency_error", "the activity's request changes between attempts"}},
+	{name: "EveryFailureNotApplied", activity: notAppliedCharge,
+		want: []string{activitytest.PathFailAfterEffect + " (500 after the effect): 2 effects for one intent, want 1", "mark an error activity.NotApplied only when the downstream says it did nothing"}},
+	// Found by the harness itself: the safe activity, sending with net/http's default client.
+	{name: "DefaultClientOnANonDeduplicatingDownstream", activity: defaultClientCharge,
+		want: []string{activitytest.PathFailAfterEffect + " (connection dropped after the effect): 2 effects for one intent in one attempt, want 1", "downstream.Transport"}},
+	{name: "BatchItemFailuresNotApplied", batch: batchOf(true),
+		want: []string{activitytest.PathFailAfterEffect + " (500 after the effect): 2 effects for one intent, want 1"}},
+	{name: "TwoEffectsPerCall", activity: twoChargesPerCall, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashBeforeReport + ": one call of the activity had 2 effects, want 1"}},
+}
+
+// batchOf returns batchCharge, marking every failed transfer NotApplied when notApplied.
+func batchOf(notApplied bool) func(*activity.Store, bool) func(string) func(context.Context, chargeRequest) (charge, error) {
+	return func(store *activity.Store, declared bool) func(string) func(context.Context, chargeRequest) (charge, error) {
+		return batchCharge(store, declared, notApplied)
+	}
+}
+
+// check returns the Check of c against a downstream of its own.
+func (c harnessCase) check(t *testing.T) activitytest.Check[chargeRequest, charge] {
+	d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: c.dedup})
+	store := activitytest.NewStore(t, nil)
+	chk := activitytest.Check[chargeRequest, charge]{
+		Options: activity.Options{DownstreamDeduplicates: c.declared},
+		Input:   chargeRequest{Order: "order-1", Amount: 100}, Other: chargeRequest{Order: "order-1", Amount: 999},
+		Effects: d.Effects, Faults: d, Store: store,
+	}
+	if c.batch != nil {
+		// One effect per run of the batch: the most any item was paid.
+		chk.Activity, chk.Options = c.batch(store, c.declared)(d.URL), activity.Options{Batch: true}
+		chk.Effects = func() int {
+			most := 0
+			for _, item := range batchItems {
+				most = max(most, d.EffectsOn(itemPath(item)))
+			}
+			return most
+		}
+		return chk
+	}
+	chk.Activity = c.activity(d.URL)
+	return chk
+}
+
 func TestRequireRetrySafe(t *testing.T) {
 	t.Parallel()
 	req := chargeRequest{Order: "order-1", Amount: 100}
 	other := chargeRequest{Order: "order-1", Amount: 999}
 
-	t.Run("PassesAnActivityThatSendsItsToken", func(t *testing.T) {
-		t.Parallel()
-		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
-		activitytest.RequireRetrySafe(t, activitytest.Check[chargeRequest, charge]{
-			Activity: safeCharge(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
-			Input: req, Other: other, Effects: d.Effects,
+	for _, c := range harnessCases {
+		verb := "Passes"
+		if c.want != nil {
+			verb = "Fails"
+		}
+		t.Run(verb+c.name, func(t *testing.T) {
+			t.Parallel()
+			check := c.check(t)
+			got := strings.Join(failures(t, func(tb testing.TB) { activitytest.RequireRetrySafe(tb, check) }), "\n")
+			if c.want == nil {
+				require.Empty(t, got, "the check failed a safe activity")
+				return
+			}
+			require.NotEmpty(t, got, "the check passed an unsafe activity")
+			for _, w := range c.want {
+				require.Contains(t, got, w)
+			}
+			t.Logf("what the check said:\n%s", got)
 		})
-	})
+	}
 
-	// A downstream that does not deduplicate, declared as such: a takeover after a possible
-	// effect fails OutcomeUnknown instead of charging again. Safe.
-	t.Run("PassesANonDeduplicatingDownstreamDeclaredAsSuch", func(t *testing.T) {
+	t.Run("RefusesACheckWithoutFaults", func(t *testing.T) {
 		t.Parallel()
 		d := activitytest.NewDownstream(t, nil)
-		activitytest.RequireRetrySafe(t, activitytest.Check[chargeRequest, charge]{
-			Activity: safeCharge(d.URL), Input: req, Other: other, Effects: d.Effects,
-		})
-	})
-
-	unsafe := []struct {
-		name     string
-		activity func(url string) func(context.Context, chargeRequest) (charge, error)
-		dedup    bool // the downstream deduplicates
-	}{
-		{"RandomKeyPerAttempt", randomKeyCharge, true},
-		{"IgnoresTheToken", noKeyCharge, true},
-		{"ClaimsADeduplicatingDownstream", safeCharge, false},
-	}
-	for _, u := range unsafe {
-		t.Run("Fails"+u.name, func(t *testing.T) {
-			t.Parallel()
-			d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: u.dedup})
-			store := activitytest.NewStore(t, nil)
-			got := failures(t, func(tb testing.TB) {
-				activitytest.RequireRetrySafe(tb, activitytest.Check[chargeRequest, charge]{
-					Activity: u.activity(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
-					Input: req, Other: other, Effects: d.Effects, Store: store,
-				})
+		got := failures(t, func(tb testing.TB) {
+			activitytest.RequireRetrySafe(tb, activitytest.Check[chargeRequest, charge]{
+				Activity: safeCharge(d.URL), Input: req, Other: other, Effects: d.Effects,
 			})
-			all := strings.Join(got, "\n")
-			require.Contains(t, all, activitytest.PathCrashAfterEffect+": 2 effects for one intent, want 1", "the check passed an unsafe activity")
-			require.Contains(t, all, activitytest.PathTimeoutWhileRuns+": 2 effects for one intent, want 1")
-			require.NotContains(t, all, activitytest.PathCrashBeforeReport, "the receipt's replay should cover a crash before report")
-			t.Logf("what the check said:\n%s", all)
 		})
-	}
+		require.Len(t, got, 1)
+		require.Contains(t, got[0], "needs Check.Faults")
+	})
 
 	t.Run("RefusesAnOtherThatIsNotOther", func(t *testing.T) {
 		t.Parallel()
 		d := activitytest.NewDownstream(t, nil)
 		got := failures(t, func(tb testing.TB) {
 			activitytest.RequireRetrySafe(tb, activitytest.Check[chargeRequest, charge]{
-				Activity: safeCharge(d.URL), Input: req, Other: req, Effects: d.Effects, Store: activitytest.NewStore(t, nil),
+				Activity: safeCharge(d.URL), Input: req, Other: req, Effects: d.Effects, Faults: d, Store: activitytest.NewStore(t, nil),
 			})
 		})
 		require.Len(t, got, 1)
@@ -181,7 +381,7 @@ func TestRequireRetrySafe(t *testing.T) {
 		got := failures(t, func(tb testing.TB) {
 			activitytest.RequireRetrySafe(tb, activitytest.Check[chargeRequest, charge]{
 				Activity: safeCharge(d.URL), Input: req, Other: other, Effects: func() int { return 0 },
-				Store: activitytest.NewStore(t, nil),
+				Faults: d, Store: activitytest.NewStore(t, nil),
 			})
 		})
 		require.Len(t, got, 1)
@@ -194,18 +394,18 @@ func TestDownstreamFaults(t *testing.T) {
 	ctx := context.Background()
 	d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
 	d.FailNext(activitytest.Fail500BeforeEffect, activitytest.Fail500AfterEffect, activitytest.DropAfterEffect)
-	_, err := post(ctx, d.URL, "k1")
+	_, err := postBody(ctx, d.URL+"/v1/charges", "k1", nil)
 	require.ErrorContains(t, err, "500")
 	require.Equal(t, 0, d.Effects(), "a 500 before the effect applied it")
-	_, err = post(ctx, d.URL, "k1")
+	_, err = postBody(ctx, d.URL+"/v1/charges", "k1", nil)
 	require.ErrorContains(t, err, "500")
 	require.Equal(t, 1, d.Effects(), "a 500 after the effect did not apply it")
-	_, err = post(ctx, d.URL, "k2")
+	_, err = postBody(ctx, d.URL+"/v1/charges", "k2", nil)
 	require.Error(t, err, "a dropped connection answered")
 	require.Equal(t, 2, d.Effects())
-	first, err := post(ctx, d.URL, "k1")
+	first, err := postBody(ctx, d.URL+"/v1/charges", "k1", nil)
 	require.NoError(t, err)
-	again, err := post(ctx, d.URL, "k1")
+	again, err := postBody(ctx, d.URL+"/v1/charges", "k1", nil)
 	require.NoError(t, err)
 	require.Equal(t, first, again)
 	require.Equal(t, 2, d.Effects(), "a repeated key was applied again")
@@ -217,6 +417,65 @@ func TestDownstreamFaults(t *testing.T) {
 	_, _ = post(ctx, plain.URL, "k")
 	_, _ = post(ctx, plain.URL, "k")
 	require.Equal(t, 2, plain.Effects(), "a downstream that does not deduplicate applied a repeat once")
+}
+
+// A deduplicating Downstream compares a repeated key's request with the first, as Stripe and
+// fakepay do: the same values (in any order) replay, other values are refused with 400
+// idempotency_error, and a repeat while the first is in flight gets 409.
+func TestDownstreamComparesTheRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true, SlowFor: time.Second})
+	first, err := postBody(ctx, d.URL+"/v1/charges", "k", map[string]any{"amount": 100, "order": "o-1"})
+	require.NoError(t, err)
+	again, err := postBody(ctx, d.URL+"/v1/charges", "k", json.RawMessage(`{"order":"o-1","amount":100}`))
+	require.NoError(t, err, "the same values in another order are the same request")
+	require.Equal(t, first, again)
+	_, err = postBody(ctx, d.URL+"/v1/charges", "k", map[string]any{"amount": 400, "order": "o-1"})
+	require.ErrorContains(t, err, "400 Bad Request")
+	require.ErrorContains(t, err, "idempotency_error")
+	_, err = postBody(ctx, d.URL+"/v1/refunds", "k", map[string]any{"amount": 100, "order": "o-1"})
+	require.ErrorContains(t, err, "idempotency_error", "another path under the same key")
+	require.Equal(t, 1, d.Effects())
+
+	d.FailNext(activitytest.Slow)
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = postBody(ctx, d.URL+"/v1/charges", "slow", nil) })
+	require.Eventually(t, func() bool { return d.Requests("slow") == 1 }, 5*time.Second, time.Millisecond)
+	_, err = postBody(ctx, d.URL+"/v1/charges", "slow", nil)
+	require.ErrorContains(t, err, "409 Conflict", "a repeat while the first is in flight")
+	wg.Wait()
+	require.Equal(t, 2, d.Effects())
+
+	lax := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true, AcceptChangedRequests: true})
+	_, err = postBody(ctx, lax.URL+"/v1/charges", "k", map[string]any{"amount": 100})
+	require.NoError(t, err)
+	_, err = postBody(ctx, lax.URL+"/v1/charges", "k", map[string]any{"amount": 400})
+	require.NoError(t, err, "AcceptChangedRequests replays whatever the repeat asks")
+	require.Equal(t, 1, lax.Effects())
+}
+
+// A FaultProxy in front of a downstream of one's own fails the requests asked for, and passes
+// the others through.
+func TestFaultProxy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := activitytest.NewDownstream(t, nil)
+	p := activitytest.NewFaultProxy(t, d.URL)
+	p.FailNext(activitytest.Fail500BeforeEffect, activitytest.Fail500AfterEffect, activitytest.DropAfterEffect)
+	_, err := postBody(ctx, p.URL+"/v1/charges", "k1", nil)
+	require.ErrorContains(t, err, "500")
+	require.Equal(t, 0, d.Effects(), "a 500 before the effect reached the downstream")
+	_, err = postBody(ctx, p.URL+"/v1/charges", "k2", nil)
+	require.ErrorContains(t, err, "500")
+	require.Equal(t, 1, d.Effects(), "a 500 after the effect did not reach the downstream")
+	_, err = postBody(ctx, p.URL+"/v1/charges", "k3", nil)
+	require.Error(t, err, "a dropped connection answered")
+	require.Equal(t, 2, d.Effects())
+	c, err := postBody(ctx, p.URL+"/v1/charges", "k4", nil)
+	require.NoError(t, err)
+	require.Equal(t, "eff_3", c.ID)
+	require.Equal(t, 1, d.EffectsOn("/v1/charges")-2)
 }
 
 func TestRequireReceipt(t *testing.T) {
@@ -310,15 +569,6 @@ func TestNewActivityEnv(t *testing.T) {
 	require.Equal(t, 3, d.Effects())
 }
 
-// runIDKeyCharge builds its idempotency key from the run and activity IDs: stable across the
-// retries of one run, and new after a reset.
-func runIDKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
-	return func(ctx context.Context, _ chargeRequest) (charge, error) {
-		info := sdkactivity.GetInfo(ctx)
-		return post(ctx, url, info.WorkflowExecution.RunID+"/"+info.ActivityID)
-	}
-}
-
 func TestRequireResetSafe(t *testing.T) {
 	cli, err := filepath.Abs("../bin/temporal")
 	require.NoError(t, err)
@@ -334,18 +584,16 @@ func TestRequireResetSafe(t *testing.T) {
 		})
 	})
 
-	// The key survives every retry in one run, so RequireRetrySafe passes it; a reset is a new
-	// run, and charges again.
+	// The key survives every retry in one run; a reset is a new run, and charges again.
 	t.Run("FailsAKeyMadeOfTheRunID", func(t *testing.T) {
 		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
 		check := activitytest.Check[chargeRequest, charge]{
 			Activity: runIDKeyCharge(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
-			Input: req, Other: other, Effects: d.Effects, Store: activitytest.NewStore(t, nil),
+			Input: req, Other: other, Effects: d.Effects, Faults: d, Store: activitytest.NewStore(t, nil),
 		}
-		// In the SDK's environments every intent has the same run and activity IDs, so the key
-		// is shared by the check's intents: RequireRetrySafe sees a later intent with no effect.
+		// RequireRetrySafe runs an attempt in a new run too, and sees the second charge.
 		retry := strings.Join(failures(t, func(tb testing.TB) { activitytest.RequireRetrySafe(tb, check) }), "\n")
-		require.Contains(t, retry, activitytest.PathCrashAfterEffect+": 0 effects for this intent, want 1")
+		require.Contains(t, retry, activitytest.PathNewRun+": 2 effects for one intent, want 1")
 		got := failures(t, func(tb testing.TB) { activitytest.RequireResetSafe(tb, c, check) })
 		require.Len(t, got, 1)
 		require.Contains(t, got[0], activitytest.PathReset+": 2 effects for one intent, want 1")
@@ -386,6 +634,23 @@ func TestRequireRetrySafeTx(t *testing.T) {
 			Activity: func(ctx context.Context, tx pgx.Tx, in chargeRequest) (int64, error) { return insert(ctx, tx, in) },
 			Input:    req, Other: other, Effects: rows,
 		})
+	})
+
+	// A transactional activity that also calls a deduplicating downstream, under its token:
+	// a lost answer rolls its writes back, and the retry gets the downstream's first answer.
+	t.Run("PassesADownstreamCallInsideTheTransaction", func(t *testing.T) {
+		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+		activitytest.RequireRetrySafeTx(t, activitytest.CheckTx[chargeRequest, int64]{
+			Activity: func(ctx context.Context, tx pgx.Tx, in chargeRequest) (int64, error) {
+				if _, err := safeCharge(d.URL)(ctx, in); err != nil {
+					return 0, err
+				}
+				return insert(ctx, tx, in)
+			},
+			Options: activity.Options{DownstreamDeduplicates: true},
+			Input:   req, Other: other, Effects: rows, Faults: d,
+		})
+		require.Equal(t, 0, d.EffectsFor(""), "a request went out without the token")
 	})
 
 	t.Run("FailsWritesOutsideTheTransaction", func(t *testing.T) {

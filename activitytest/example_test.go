@@ -52,10 +52,10 @@ func ExampleRequireRetrySafe() {
 		Activity: chargeCard,
 		Options:  activity.Options{DownstreamDeduplicates: true},
 		Input:    100, Other: 999,
-		Effects: provider.Effects,
+		Effects: provider.Effects, Faults: provider,
 	})
 	fmt.Println(t.Failed(), provider.Effects())
-	// Output: false 4
+	// Output: false 7
 }
 
 // The recording downstream applies a repeated key once, like Stripe, and answers with the
@@ -70,7 +70,7 @@ func ExampleDownstream() {
 	c, _ := post(context.Background(), d.URL, "tok-1") // the retry gets the first effect
 	fmt.Println(c.ID, d.Effects(), d.Requests("tok-1"))
 	// Output:
-	// downstream answered 500 Internal Server Error
+	// downstream answered 500 Internal Server Error: {"error":{"type":"api_error","message":"injected: 500 after the effect"}}
 	// eff_1 1 2
 }
 

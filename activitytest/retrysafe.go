@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,11 +30,24 @@ type Check[In, Out any] struct {
 	Input, Other In
 	// Effects counts the activity's effects so far: a recording Downstream's Effects, a counter
 	// of your fake, a query of your table. Required. The check compares counts before and after
-	// each path, so nothing else may add to them meanwhile: give each check a downstream or
-	// counter of its own when tests run in parallel.
+	// each path and wants one effect per intent, so nothing else may add to them meanwhile: give
+	// each check a downstream or counter of its own when tests run in parallel. An activity with
+	// several effects per call (a batch) counts intents, for example the most any payee was
+	// paid.
 	Effects func() int
+	// Faults fails the next requests of the activity's downstream on purpose, for the retry
+	// Temporal runs most often: a request that had its effect and whose answer was lost (a 500,
+	// a dropped connection), then the activity's retry. A Downstream (NewDownstream) does, and
+	// so does a FaultProxy in front of a fake of your own. Required by RequireRetrySafe.
+	Faults Faults
 	// Store is the store to run on; it must come from NewStore. Default: a new one.
 	Store *activity.Store
+}
+
+// Faults is a downstream that fails its next requests on purpose, one fault per request in
+// order: a Downstream, or a FaultProxy in front of any HTTP downstream.
+type Faults interface {
+	FailNext(faults ...Fault)
 }
 
 // The paths RequireRetrySafe runs, as its failures name them.
@@ -41,8 +55,14 @@ const (
 	PathCrashBeforeReport = "crash before report"
 	PathCrashAfterEffect  = "crash after the effect, before the receipt"
 	PathTimeoutWhileRuns  = "timeout while the first attempt still runs"
+	PathNewRun            = "crash after the effect, then the same intent in a new run (a reset)"
+	PathFailAfterEffect   = "a failure after the effect, then Temporal's retry"
 	PathOtherPayload      = "a different payload under the same key"
 )
+
+// maxAttempts bounds the retries RequireRetrySafe runs after a failure, as a retry policy's
+// MaximumAttempts would.
+const maxAttempts = 6
 
 // RequireRetrySafe runs c's activity through the paths on which Temporal runs an activity more
 // than once, each under a key of its own, and fails tb unless every path has exactly one effect
@@ -57,18 +77,31 @@ const (
 //   - timeout while the first attempt still runs: the same, but the first attempt wakes after
 //     the takeover finished: its late write is fenced, and it must return what the takeover
 //     recorded;
+//   - the same crash, then the intent's attempt in a new run of the workflow (a reset: another
+//     run ID and activity ID, attempt 1, the same key): it must not have a second effect;
+//   - a failure after the effect (the downstream applies the request, then answers 500 or drops
+//     the connection; c.Faults injects both), then Temporal's retries: one effect, and an
+//     outcome that says the effect happened (the result, or OutcomeUnknown), never a failure;
 //   - a different payload under the same key: refused with tempotent.PayloadMismatch, and no
 //     effect.
 //
 // Each attempt runs as Temporal runs it: registered with activity.Register on a
-// TestActivityEnvironment with tempotent's interceptor, its key given with keys.Given. A crash
-// is an attempt held after its function returned (before its receipt is written) and never let
-// go; a lease ends by moving it into the past in the store. A failure names the path and what
-// was counted.
+// TestActivityEnvironment with tempotent's interceptor, its key given with keys.Given, and
+// activity.GetInfo reporting what Temporal changes between attempts — the attempt number, a
+// task token of its own, and on a reset another run and activity ID. A crash is an attempt held
+// after its function returned (before its receipt is written) and never let go; a lease ends by
+// moving it into the past in the store. A failure names the path and what was counted.
+//
+// What it cannot see: state the activity keeps in its own process across attempts (a map of
+// keys in a package variable), which a worker that died takes with it; build such state only
+// from the intent's token, or keep it in the database.
 func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	tb.Helper()
 	if c.Activity == nil || c.Effects == nil {
 		tb.Fatalf("activitytest: RequireRetrySafe needs Check.Activity and Check.Effects (a counter of the activity's effects)")
+	}
+	if c.Faults == nil {
+		tb.Fatalf("activitytest: RequireRetrySafe needs Check.Faults, to fail a request after its effect as a real downstream does: point the activity at a Downstream (NewDownstream) and give it as Faults, or put a FaultProxy (NewFaultProxy) in front of your own fake")
 	}
 	if c.Store == nil {
 		c.Store = NewStore(tb, nil)
@@ -78,8 +111,11 @@ func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	}
 	r := &runner[In, Out]{tb: tb, c: c, ts: testStoreOf(tb, c.Store)}
 	r.crashBeforeReport()
-	r.crashAfterEffect(false)
-	r.crashAfterEffect(true)
+	r.crashAfterEffect(crashed)
+	r.crashAfterEffect(timedOut)
+	r.crashAfterEffect(reset)
+	r.failAfterEffect(Fail500AfterEffect)
+	r.failAfterEffect(DropAfterEffect)
 	r.otherPayload()
 }
 
@@ -100,10 +136,11 @@ type attempt[Out any] struct {
 	token keys.Token
 }
 
-// execute runs one attempt of the activity with the intent id, as Temporal runs it; hold, when
-// set, runs after the activity function returned, before the receipt is written.
-func (r *runner[In, Out]) execute(id string, in In, hold func(keys.Token)) attempt[Out] {
-	env := NewActivityEnv(r.tb, activityName, id)
+// execute runs one attempt of the activity with the intent id, as Temporal runs it, telling it
+// who it is; hold, when set, runs after the activity function returned, before the receipt is
+// written.
+func (r *runner[In, Out]) execute(id string, who identity, in In, hold func(keys.Token)) attempt[Out] {
+	env := newActivityEnv(r.tb, activityName, id, newAttemptInfo(who))
 	var a attempt[Out]
 	err := activity.Register(env, r.c.Store, activityName, func(ctx context.Context, in In) (Out, error) {
 		a.token, _ = keys.TokenFrom(ctx)
@@ -137,18 +174,28 @@ func (r *runner[In, Out]) newID(path string) string {
 	return fmt.Sprintf("%s/%s/%s", r.tb.Name(), path, hex.EncodeToString(b[:]))
 }
 
+// firstEffects fails tb unless the first attempt of an intent had exactly one effect: the
+// paths tell a repeat from the first effect by counting.
+func firstEffects(tb testing.TB, path, field string, n int) {
+	tb.Helper()
+	switch {
+	case n == 0:
+		tb.Fatalf("activitytest: %s: the first attempt had 0 effects, want 1: %s does not count this activity's effect (count what the activity does: the downstream's requests applied, your fake's charges, your table's rows)", path, field)
+	case n > 1:
+		tb.Fatalf("activitytest: %s: one call of the activity had %d effects, want 1: the check counts one effect per intent, to tell a repeat from the first. An activity with several effects per call (a batch, a charge and an email) needs %s to count intents, for example the most any payee was paid; or check each effect's activity on its own", path, n, field)
+	}
+}
+
 func (r *runner[In, Out]) crashBeforeReport() {
 	tb := r.tb
 	tb.Helper()
-	id, before := r.newID("crash-before-report"), r.c.Effects()
-	first := r.execute(id, r.c.Input, nil)
+	id, who, before := r.newID("crash-before-report"), firstAttempt(), r.c.Effects()
+	first := r.execute(id, who, r.c.Input, nil)
 	if first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with Check.Input: %v", PathCrashBeforeReport, first.err)
 	}
-	if n := r.c.Effects() - before; n != 1 {
-		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: Check.Effects does not count this activity's effect", PathCrashBeforeReport, n)
-	}
-	again := r.execute(id, r.c.Input, nil)
+	firstEffects(tb, PathCrashBeforeReport, "Check.Effects", r.c.Effects()-before)
+	again := r.execute(id, who.retry(), r.c.Input, nil)
 	if n := r.c.Effects() - before; n != 1 {
 		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the retry of an attempt that completed had an effect again", PathCrashBeforeReport, n)
 	}
@@ -157,25 +204,37 @@ func (r *runner[In, Out]) crashBeforeReport() {
 	}
 }
 
+// How the attempt that had its effect ended, for crashAfterEffect.
+type ending int
+
+const (
+	crashed  ending = iota // its worker died: it is never let go
+	timedOut               // it wakes once the attempt that took over finished
+	reset                  // its worker died, and an operator reset the workflow
+)
+
 // crashAfterEffect runs an attempt that has its effect and is held before its receipt is
-// written; its lease ends and a second attempt takes over. With wake, the first attempt is let
-// go once the second finished (a timeout while it still ran); without, it never is while the
-// check runs (its worker died).
-func (r *runner[In, Out]) crashAfterEffect(wake bool) {
+// written; its lease ends and a second attempt takes over: the retry in the same run, or the
+// first attempt of a new run after a reset. When the first attempt timed out, it is let go once
+// the second finished; otherwise it never is while the check runs (its worker died).
+func (r *runner[In, Out]) crashAfterEffect(how ending) {
 	tb := r.tb
 	tb.Helper()
 	path, name := PathCrashAfterEffect, "crash-after-effect"
-	if wake {
+	switch how {
+	case timedOut:
 		path, name = PathTimeoutWhileRuns, "timeout-while-running"
+	case reset:
+		path, name = PathNewRun, "new-run"
 	}
-	id, before := r.newID(name), r.c.Effects()
+	id, who, before := r.newID(name), firstAttempt(), r.c.Effects()
 	held, release := make(chan keys.Token, 1), make(chan struct{})
 	var (
 		first attempt[Out]
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() {
-		first = r.execute(id, r.c.Input, func(tok keys.Token) {
+		first = r.execute(id, who, r.c.Input, func(tok keys.Token) {
 			held <- tok
 			<-release
 		})
@@ -195,17 +254,21 @@ func (r *runner[In, Out]) crashAfterEffect(wake bool) {
 		tb.Fatalf("activitytest: %s: the activity did not return within a minute", path)
 	}
 	r.endLease(path, token)
-	second := r.execute(id, r.c.Input, nil)
+	next := who.retry()
+	if how == reset {
+		next = who.reset()
+	}
+	second := r.execute(id, next, r.c.Input, nil)
 	n := r.c.Effects() - before
 	switch {
 	case n == 0:
 		tb.Errorf("activitytest: %s: 0 effects for this intent, want 1: the downstream took its request for an earlier intent's. Send the intent's token (keys.TokenFrom) as the idempotency key; a key made of other IDs is shared by intents that must each have their effect", path)
 	case n > 1:
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key — not the attempt, the task token, the run or the activity ID, which Temporal changes between attempts — and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
 	case second.err != nil && !isType(second.err, activity.ErrTypeOutcomeUnknown):
-		tb.Errorf("activitytest: %s: the attempt that took over failed: %v", path, second.err)
+		tb.Errorf("activitytest: %s: the attempt that took over failed, though the first one's effect happened: %v. If the downstream refused the key with other parameters, the activity's request changes between attempts (a timestamp, a random ID): build it only from the input and the token", path, second.err)
 	}
-	if !wake {
+	if how != timedOut {
 		return
 	}
 	close(release)
@@ -215,21 +278,78 @@ func (r *runner[In, Out]) crashAfterEffect(wake bool) {
 	}
 }
 
+// failAfterEffect has the downstream apply the first attempt's request and lose the answer
+// (fault), then runs the retries Temporal would, while the activity's error is retryable.
+func (r *runner[In, Out]) failAfterEffect(fault Fault) {
+	r.tb.Helper()
+	id := r.newID("fail-after-effect")
+	retryAfterFault(r.tb, fault, r.c.Faults, r.c.Effects, "Check.Faults", r.passTime, func(who identity) attempt[Out] {
+		return r.execute(id, who, r.c.Input, nil)
+	})
+}
+
+// retryAfterFault runs one intent's attempts (run) after faults makes the downstream apply the
+// first request and lose its answer, as Temporal retries them, and fails tb unless the intent
+// had one effect and ended in its result or OutcomeUnknown. Between attempts, passTime lets
+// Temporal's backoff and the settle time pass.
+func retryAfterFault[Out any](tb testing.TB, fault Fault, faults Faults, effects func() int, field string, passTime func(), run func(identity) attempt[Out]) {
+	tb.Helper()
+	path := fmt.Sprintf("%s (%s)", PathFailAfterEffect, fault)
+	who, before := firstAttempt(), effects()
+	faults.FailNext(fault)
+	var (
+		last attempt[Out]
+		errs []string
+	)
+	for range maxAttempts {
+		last = run(who)
+		if last.err == nil || !retryable(last.err) {
+			break
+		}
+		errs = append(errs, fmt.Sprintf("attempt %d: %v", who.attempt, last.err))
+		passTime()
+		who = who.retry()
+	}
+	n := effects() - before
+	switch {
+	case n == 0 && last.err == nil:
+		tb.Errorf("activitytest: %s: 0 effects, want 1: the request that %s failed after its effect was not counted: give the Faults of the downstream whose effects Effects counts", path, field)
+	case n > 1 && len(errs) == 0:
+		tb.Errorf("activitytest: %s: %d effects for one intent in one attempt, want 1: the request was sent again within the attempt. net/http sends a request that carries an Idempotency-Key again by itself when a reused connection breaks after it was written, which a downstream that does not deduplicate applies twice: send through downstream.Transport, which turns that off, and leave the retry to Temporal", path, n)
+	case n > 1:
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the retry had the effect again. An error after the request was sent is no proof that nothing happened: mark an error activity.NotApplied only when the downstream says it did nothing, and send the token (keys.TokenFrom) as the idempotency key. The attempts: %s", path, n, strings.Join(errs, "; "))
+	case last.err != nil && retryable(last.err):
+		tb.Errorf("activitytest: %s: still failing after %d attempts, though the effect happened: %s. If the downstream refused the key with other parameters, the activity's request changes between attempts (a timestamp, a random ID): build it only from the input and the token", path, maxAttempts, strings.Join(append(errs, fmt.Sprintf("attempt %d: %v", who.attempt, last.err)), "; "))
+	case last.err != nil && !isType(last.err, activity.ErrTypeOutcomeUnknown):
+		tb.Errorf("activitytest: %s: the intent ended in a failure, though its effect happened: %v. A workflow would take an effect that happened for one that did not (and compensate nothing). Return a retryable error when the answer is lost, so that the retry asks again under the same token", path, last.err)
+	}
+}
+
 func (r *runner[In, Out]) otherPayload() {
 	tb := r.tb
 	tb.Helper()
-	id := r.newID("other-payload")
-	if first := r.execute(id, r.c.Input, nil); first.err != nil {
+	id, who := r.newID("other-payload"), firstAttempt()
+	if first := r.execute(id, who, r.c.Input, nil); first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with Check.Input: %v", PathOtherPayload, first.err)
 	}
 	before := r.c.Effects()
-	other := r.execute(id, r.c.Other, nil)
+	other := r.execute(id, who.retry(), r.c.Other, nil)
 	if n := r.c.Effects() - before; n != 0 {
 		tb.Errorf("activitytest: %s: %d effects, want 0: a request reusing another's key was carried out", PathOtherPayload, n)
 	}
 	if !isType(other.err, activity.ErrTypePayloadMismatch) {
 		tb.Errorf("activitytest: %s: got %+v (error %v), want a %s error", PathOtherPayload, other.out, other.err, activity.ErrTypePayloadMismatch)
 	}
+}
+
+// retryable reports whether Temporal retries an attempt that failed with err.
+func retryable(err error) bool {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return !appErr.NonRetryable()
+	}
+	var canceled *temporal.CanceledError
+	return !errors.As(err, &canceled)
 }
 
 // endLease moves the lease of the receipt under token into the past, by more than the settle
@@ -244,6 +364,21 @@ func (r *runner[In, Out]) endLease(path string, token keys.Token) {
 		string(token), (settle + time.Second).Microseconds())
 	if err != nil || tag.RowsAffected() != 1 {
 		r.tb.Fatalf("activitytest: %s: end the held attempt's lease: %v (%d receipts pending under its token)", path, err, tag.RowsAffected())
+	}
+}
+
+// passTime moves the lease of every pending receipt in the store (the activity's, and its
+// items' in a batch) into the past by more than the settle time, as the time between two
+// attempts does once Temporal's backoff and the settle time have passed.
+func (r *runner[In, Out]) passTime() {
+	settle := r.c.Options.DownstreamSettleTime
+	if settle <= 0 {
+		settle = activity.DownstreamSettleTimeDefault
+	}
+	if _, err := r.ts.pool.Exec(context.Background(), fmt.Sprintf(
+		"UPDATE %q.receipts SET lease_expires_at = now() - $1::bigint * interval '1 microsecond' WHERE state = 'pending'", r.ts.schema),
+		(settle + time.Second).Microseconds()); err != nil {
+		r.tb.Fatalf("activitytest: let time pass for the pending receipts: %v", err)
 	}
 }
 

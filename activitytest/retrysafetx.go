@@ -22,7 +22,12 @@ type CheckTx[In, Out any] struct {
 	// Effects counts the activity's local effects so far, for example the rows it wrote;
 	// required.
 	Effects func() int
-	Store   *activity.Store
+	// Faults, for an activity that also calls a downstream inside its transaction, fails that
+	// downstream's next requests on purpose (a Downstream, or a FaultProxy in front of your
+	// own): the check then runs a request that had its effect and lost its answer, whose
+	// attempt rolls back its writes, and Temporal's retries.
+	Faults Faults
+	Store  *activity.Store
 }
 
 // The paths RequireRetrySafeTx runs beside PathCrashBeforeReport and PathOtherPayload.
@@ -56,30 +61,28 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 	if fingerprint(tb, c.Input) == fingerprint(tb, c.Other) {
 		tb.Fatalf("activitytest: CheckTx.Other fingerprints like CheckTx.Input; give a request that differs from it, so that the mismatch path can be checked")
 	}
-	r := &txRunner[In, Out]{runner: runner[In, Out]{tb: tb}, c: c}
+	r := &txRunner[In, Out]{runner: runner[In, Out]{tb: tb, c: Check[In, Out]{Options: c.Options}, ts: testStoreOf(tb, c.Store)}, c: c}
 
-	id, before := r.newID("tx-crash-before-report"), c.Effects()
-	first := r.execute(id, c.Input, nil)
+	id, who, before := r.newID("tx-crash-before-report"), firstAttempt(), c.Effects()
+	first := r.execute(id, who, c.Input, nil)
 	if first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathCrashBeforeReport, first.err)
 	}
-	if n := c.Effects() - before; n != 1 {
-		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: CheckTx.Effects does not count this activity's writes", PathCrashBeforeReport, n)
-	}
-	again := r.execute(id, c.Input, nil)
+	firstEffects(tb, PathCrashBeforeReport, "CheckTx.Effects", c.Effects()-before)
+	again := r.execute(id, who.retry(), c.Input, nil)
 	if n := c.Effects() - before; n != 1 || again.err != nil || !reflect.DeepEqual(again.out, first.out) {
 		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the retry returned %+v (error %v), the first attempt %+v", PathCrashBeforeReport, n, again.out, again.err, first.out)
 	}
 
-	id, before = r.newID("tx-rolled-back"), c.Effects()
-	failed := r.execute(id, c.Input, func() error { return errInjected })
+	id, who, before = r.newID("tx-rolled-back"), firstAttempt(), c.Effects()
+	failed := r.execute(id, who, c.Input, func() error { return errInjected })
 	if failed.err == nil {
 		tb.Fatalf("activitytest: %s: the injected failure did not fail the attempt", PathRolledBack)
 	}
 	if n := c.Effects() - before; n != 0 {
 		tb.Errorf("activitytest: %s: %d effects left by an attempt whose transaction rolled back, want 0: write through the tx RegisterTx gives the activity, not through a connection of your own", PathRolledBack, n)
 	}
-	if retry := r.execute(id, c.Input, nil); retry.err != nil {
+	if retry := r.execute(id, who.retry(), c.Input, nil); retry.err != nil {
 		tb.Errorf("activitytest: %s: the retry failed: %v", PathRolledBack, retry.err)
 	}
 	if n := c.Effects() - before; n != 1 {
@@ -88,12 +91,21 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 
 	r.concurrent()
 
-	id = r.newID("tx-other-payload")
-	if res := r.execute(id, c.Input, nil); res.err != nil {
+	if c.Faults != nil {
+		for _, fault := range []Fault{Fail500AfterEffect, DropAfterEffect} {
+			id := r.newID("tx-fail-after-effect")
+			retryAfterFault(tb, fault, c.Faults, c.Effects, "CheckTx.Faults", r.passTime, func(who identity) attempt[Out] {
+				return r.execute(id, who, c.Input, nil)
+			})
+		}
+	}
+
+	id, who = r.newID("tx-other-payload"), firstAttempt()
+	if res := r.execute(id, who, c.Input, nil); res.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathOtherPayload, res.err)
 	}
 	before = c.Effects()
-	other := r.execute(id, c.Other, nil)
+	other := r.execute(id, who.retry(), c.Other, nil)
 	if n := c.Effects() - before; n != 0 || !isType(other.err, activity.ErrTypePayloadMismatch) {
 		tb.Errorf("activitytest: %s: %d effects and error %v, want 0 and a %s error", PathOtherPayload, n, other.err, activity.ErrTypePayloadMismatch)
 	}
@@ -106,8 +118,8 @@ type txRunner[In, Out any] struct {
 
 // execute runs one attempt; after, when set, runs once the activity's function returned, inside
 // its transaction, and its error (if any) becomes the attempt's.
-func (r *txRunner[In, Out]) execute(id string, in In, after func() error) attempt[Out] {
-	env := NewActivityEnv(r.tb, activityName, id)
+func (r *txRunner[In, Out]) execute(id string, who identity, in In, after func() error) attempt[Out] {
+	env := newActivityEnv(r.tb, activityName, id, newAttemptInfo(who))
 	var a attempt[Out]
 	err := activity.RegisterTx(env, r.c.Store, activityName, func(ctx context.Context, tx pgx.Tx, in In) (Out, error) {
 		out, err := r.c.Activity(ctx, tx, in)
@@ -129,18 +141,18 @@ func (r *txRunner[In, Out]) execute(id string, in In, after func() error) attemp
 func (r *txRunner[In, Out]) concurrent() {
 	tb := r.tb
 	tb.Helper()
-	id, before := r.newID("tx-concurrent"), r.c.Effects()
+	id, who, before := r.newID("tx-concurrent"), firstAttempt(), r.c.Effects()
 	wrote, release := make(chan struct{}), make(chan struct{})
 	var (
 		first attempt[Out]
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() {
-		first = r.execute(id, r.c.Input, func() error { close(wrote); <-release; return nil })
+		first = r.execute(id, who, r.c.Input, func() error { close(wrote); <-release; return nil })
 	})
 	<-wrote
 	var second attempt[Out]
-	wg.Go(func() { second = r.execute(id, r.c.Input, nil) })
+	wg.Go(func() { second = r.execute(id, who.retry(), r.c.Input, nil) })
 	time.Sleep(100 * time.Millisecond) // the second attempt is waiting on the first's receipt
 	close(release)
 	wg.Wait()
@@ -148,7 +160,7 @@ func (r *txRunner[In, Out]) concurrent() {
 		tb.Fatalf("activitytest: %s: the first attempt failed: %v", PathConcurrent, first.err)
 	}
 	if isType(second.err, activity.ErrTypeInProgress) {
-		second = r.execute(id, r.c.Input, nil) // it gave up waiting: Temporal retries it
+		second = r.execute(id, who.retry().retry(), r.c.Input, nil) // it gave up waiting: Temporal retries it
 	}
 	if n := r.c.Effects() - before; n != 1 || second.err != nil || !reflect.DeepEqual(first.out, second.out) {
 		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the second attempt returned %+v (error %v), the first %+v", PathConcurrent, n, second.out, second.err, first.out)

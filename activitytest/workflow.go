@@ -132,9 +132,14 @@ func NewActivityEnv(tb testing.TB, operation, id string) *testsuite.TestActivity
 		_, _ = rand.Read(b[:])
 		id = tb.Name() + "/" + hex.EncodeToString(b[:])
 	}
+	return newActivityEnv(tb, operation, id)
+}
+
+// newActivityEnv is NewActivityEnv with the interceptors in first ahead of tempotent's.
+func newActivityEnv(tb testing.TB, operation, id string, first ...interceptor.WorkerInterceptor) *testsuite.TestActivityEnvironment {
 	env := newSuite(tb).NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{
-		Interceptors:              []interceptor.WorkerInterceptor{activity.NewInterceptor()},
+		Interceptors:              append(first, activity.NewInterceptor()),
 		BackgroundActivityContext: keys.Given(context.Background(), operation, id),
 	})
 	return env

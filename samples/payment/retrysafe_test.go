@@ -19,7 +19,7 @@ import (
 // downstream.ReconcileCharge) and the carrier's booking.
 func TestActivitiesAreRetrySafe(t *testing.T) {
 	t.Parallel()
-	srv, a := activitiesOnFakepay(t)
+	srv, proxy, a := activitiesOnFakepay(t)
 	charges := func() int { return len(srv.Ledger().Charges) }
 	order := payment.Order{ID: "order-1", Amount: 4200, Currency: "eur", Card: "tok_visa", SKU: "book", Units: 1, Address: "Main St 1"}
 	other := order
@@ -33,7 +33,7 @@ func TestActivitiesAreRetrySafe(t *testing.T) {
 		"CreateShipment": {Activity: a.CreateShipment, Options: activity.Options{DownstreamDeduplicates: true, DownstreamSettleTime: payment.SettleTime}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c.Input, c.Other, c.Effects = order, other, charges
+			c.Input, c.Other, c.Effects, c.Faults = order, other, charges, proxy
 			activitytest.RequireRetrySafe(t, c)
 		})
 	}
@@ -43,7 +43,7 @@ func TestActivitiesAreRetrySafe(t *testing.T) {
 // own receipt and then ForEach's items, and no seller is paid twice.
 func TestPayOutIsRetrySafe(t *testing.T) {
 	t.Parallel()
-	srv, a := activitiesOnFakepay(t)
+	srv, proxy, a := activitiesOnFakepay(t)
 	store := activitytest.NewStore(t, nil)
 	p := payment.Payout{ID: "payout-1"}
 	for _, id := range []string{"s1", "s2", "s3"} {
@@ -54,7 +54,7 @@ func TestPayOutIsRetrySafe(t *testing.T) {
 	other.Sellers[1].Amount = 900
 	activitytest.RequireRetrySafe(t, activitytest.Check[payment.Payout, payment.PayoutResult]{
 		Activity: a.PayOut(store), Options: activity.Options{Batch: true}, Store: store,
-		Input: p, Other: other,
+		Input: p, Other: other, Faults: proxy,
 		// One effect per payout run: every path pays each seller once more, so the most any
 		// seller was paid grows by one, and by two if a path paid a seller twice.
 		Effects: func() int {
@@ -70,13 +70,15 @@ func TestPayOutIsRetrySafe(t *testing.T) {
 }
 
 // activitiesOnFakepay returns the sample's activities against one fakepay of the test's own, as
-// provider, carrier and gateway.
-func activitiesOnFakepay(t *testing.T) (*fakepay.Server, *payment.Activities) {
+// provider, carrier and gateway, through a proxy that fails the requests a check asks it to;
+// the gateway's lookups (reconcile) go to fakepay directly.
+func activitiesOnFakepay(t *testing.T) (*fakepay.Server, *activitytest.FaultProxy, *payment.Activities) {
 	t.Helper()
 	srv, err := fakepay.New(nil)
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return srv, payment.NewActivities(nil, hs.URL, hs.URL, "")
+	proxy := activitytest.NewFaultProxy(t, hs.URL)
+	return srv, proxy, payment.NewActivities(nil, proxy.URL, proxy.URL, hs.URL)
 }
