@@ -87,7 +87,7 @@ func TestTestingSectionRuns(t *testing.T) {
 	out, err := run(code)
 	require.NoError(t, err, "the README's test fails: %s", out)
 
-	unsafe := strings.Replace(code, `req.Header.Set("Idempotency-Key", tok.String())`, `_ = tok`, 1)
+	unsafe := strings.Replace(code, `resp, err := client.Do(req)`, "resp, err := http.DefaultClient.Do(req) // no key\n\t\t_ = client", 1)
 	require.NotEqual(t, code, unsafe)
 	out, err = run(unsafe)
 	require.Error(t, err, "the README's test passes an activity that sends no key")
