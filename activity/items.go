@@ -277,7 +277,7 @@ func (s *Store) batchCall(ctx context.Context, operation string) (batchCall, err
 	}
 	attempt, _ := ctx.Value(interceptedKey{}).(*passes)
 	if attempt == nil {
-		return batchCall{}, ErrMisconfigured
+		return batchCall{}, fmt.Errorf("activity.ForEach: %w", errNoInterceptor("an activity that calls ForEach"))
 	}
 	k, err := keys.FromActivity(ctx)
 	if err != nil {

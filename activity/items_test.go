@@ -22,6 +22,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/activitytest"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -537,4 +538,66 @@ func TestForEachRetryPolicyDecidesWhatIsSettled(t *testing.T) { // not parallel:
 	var settled int
 	require.NoError(t, run.Get(ctx, &settled), "an item the retry policy makes final left the batch unfinished")
 	require.Equal(t, 3, settled)
+}
+
+// Each misuse of ForEach is refused with a message that names what is wrong and what to do. None
+// of them is a missing interceptor, so none says to install it; the worker without the
+// interceptor still does.
+func TestForEachMisuseSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newPayouts()
+	items := func(o activity.Items[Payee]) func(context.Context, []Payee) error {
+		return func(ctx context.Context, payees []Payee) error {
+			_, err := activity.ForEach(ctx, s, payees, o, p.pay)
+			return err
+		}
+	}
+	run := func(t *testing.T, env *testsuite.TestActivityEnvironment, fn func(context.Context, []Payee) error) error {
+		t.Helper()
+		env.RegisterActivityWithOptions(fn, sdkactivity.RegisterOptions{Name: "PayOut"})
+		_, err := env.ExecuteActivity("PayOut", payeesN(2))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		return err
+	}
+	requireCause := func(t *testing.T, err error, cause string) {
+		t.Helper()
+		require.ErrorContains(t, err, cause)
+		require.NotContains(t, err.Error(), "interceptor", "the message blames the interceptor for another misuse")
+	}
+
+	t.Run("OutsideAnActivity", func(t *testing.T) {
+		_, err := activity.ForEach(context.Background(), s, payeesN(1), activity.Items[Payee]{ID: payeeID}, p.pay)
+		require.ErrorIs(t, err, activity.ErrMisconfigured)
+		requireCause(t, err, "call it inside an activity")
+	})
+	t.Run("NoID", func(t *testing.T) {
+		requireCause(t, run(t, newActivityEnv("payout", "no-id"), items(activity.Items[Payee]{})), "Items.ID is required")
+	})
+	t.Run("InvalidOptions", func(t *testing.T) {
+		err := run(t, newActivityEnv("payout", "bad-options"),
+			items(activity.Items[Payee]{ID: payeeID, Options: activity.Options{DownstreamKeyMemory: -time.Second}}))
+		requireCause(t, err, "Options.DownstreamKeyMemory is negative")
+	})
+	t.Run("RegisteredWithoutBatch", func(t *testing.T) {
+		env := newActivityEnv("payout", "no-batch")
+		require.NoError(t, activity.Register(env, s, "PayOut", payOut(s, p, 1), activity.Options{}))
+		_, err := env.ExecuteActivity("PayOut", payeesN(1))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		requireCause(t, err, "register it with Options{Batch: true}")
+	})
+	t.Run("WithoutTheInterceptor", func(t *testing.T) {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: keys.Given(context.Background(), "payout", "no-interceptor")})
+		err := run(t, env, items(activity.Items[Payee]{ID: payeeID}))
+		require.ErrorContains(t, err, "install activity.NewInterceptor()", "a plain activity")
+
+		env = suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: keys.Given(context.Background(), "payout", "no-interceptor")})
+		require.NoError(t, activity.Register(env, s, "PayOut", payOut(s, p, 1), activity.Options{Batch: true}))
+		_, err = env.ExecuteActivity("PayOut", payeesN(1))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		require.ErrorContains(t, err, "install activity.NewInterceptor()", "a registered activity")
+	})
 }
