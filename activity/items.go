@@ -87,11 +87,17 @@ type ItemResult[Out any] struct {
 // records (a non-retryable one, or one whose type the activity's retry policy does not retry).
 func (r ItemResult[Out]) Settled() bool { return r.Err == nil || r.final }
 
-// Progress is what ForEach records as the activity's heartbeat details after each item. It is
-// a hint for whoever reads it (the Temporal UI, a human); a retry does not need it, since every
-// item's receipt says whether it is settled.
+// Progress is what ForEach records as the activity's heartbeat details after each item: how far
+// the attempt has come, for whoever reads it (the Temporal UI, a human). A retry does not need
+// it, since every item's receipt says whether it is settled.
 type Progress struct {
-	Settled, Total int
+	// Settled is how many items have a final outcome (ItemResult.Settled): a result, new or
+	// replayed, or a recorded error. An item that failed with a retryable error, left to the
+	// activity's retry, is not settled.
+	Settled int
+	// Total is how many items the call runs or replays: each item ID once, without the items
+	// refused before they run (an invalid ID).
+	Total int
 }
 
 // ForEach runs fn once per item of a batch activity (a payout to 1,000 payees, a mailing), each
@@ -174,18 +180,22 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 	live := &itemLeases{parent: leaseFrom(ctx), live: make(map[*leaseHolder]struct{})}
 	ctx = context.WithValue(ctx, itemLeasesKey{}, live)
 	var (
-		mu   sync.Mutex
-		done int
+		mu       sync.Mutex
+		progress = Progress{Total: len(run)}
 	)
 	each := func(i int) {
 		r := &results[i]
 		r.Out, r.Replayed, r.Err = runItem(ctx, s, calls[i], settled[calls[i].Key.ID], items[i], fn)
+		r.Err = toTemporal(r.Err)
+		r.final = r.Err != nil && s.isFinal(ctx, r.Err)
 		mu.Lock()
-		done++
-		progress := Progress{Settled: done, Total: len(run)}
+		if r.Settled() {
+			progress.Settled++
+		}
+		now := progress
 		mu.Unlock()
 		if sdkactivity.IsActivity(ctx) {
-			sdkactivity.RecordHeartbeat(ctx, progress)
+			sdkactivity.RecordHeartbeat(ctx, now)
 		}
 	}
 	parallel(run, cmp.Or(max(o.Concurrency, 0), 1), each)
@@ -196,7 +206,7 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 			results[i] = results[j] // the same intent: what the first came to
 			results[i].Replayed = true
 		}
-		results[i].Err = toTemporal(results[i].Err)
+		results[i].Err = toTemporal(results[i].Err) // again for the items that did not run
 		results[i].final = results[i].Err != nil && s.isFinal(ctx, results[i].Err)
 		if !results[i].Settled() {
 			unfinished.Unfinished++

@@ -709,3 +709,50 @@ func TestForEachPassesAreNamedNotGuessed(t *testing.T) {
 		})
 	}
 }
+
+// Progress counts as settled only the items with a final outcome: a batch whose items all failed
+// with retryable errors has settled none, and a declined item is settled.
+func TestForEachProgressCountsOnlySettledItems(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	// firstProgress runs a batch of 3 payees through pay and returns its first heartbeat: the
+	// SDK sends the first at once and throttles the rest.
+	firstProgress := func(t *testing.T, id string, pay func(context.Context, Payee) (int, error)) activity.Progress {
+		t.Helper()
+		env := newActivityEnv("payout", id)
+		var (
+			mu   sync.Mutex
+			seen []activity.Progress
+		)
+		env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
+			var progress activity.Progress
+			if details.Get(&progress) == nil {
+				mu.Lock()
+				seen = append(seen, progress)
+				mu.Unlock()
+			}
+		})
+		env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) error {
+			_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, pay)
+			return err
+		}, sdkactivity.RegisterOptions{Name: "PayOut"})
+		_, _ = env.ExecuteActivity("PayOut", payeesN(3))
+		mu.Lock()
+		defer mu.Unlock()
+		require.NotEmpty(t, seen, "ForEach did not heartbeat")
+		return seen[0]
+	}
+	t.Run("AllFailed", func(t *testing.T) {
+		progress := firstProgress(t, "all-failed", func(context.Context, Payee) (int, error) {
+			return 0, errors.New("gateway unavailable") // retryable: left to the retry
+		})
+		require.Zero(t, progress.Settled, "a retryable failure counted as settled: %+v", progress)
+		require.Equal(t, 3, progress.Total)
+	})
+	t.Run("Declined", func(t *testing.T) {
+		progress := firstProgress(t, "declined", func(context.Context, Payee) (int, error) {
+			return 0, temporal.NewNonRetryableApplicationError("card declined", "Declined", nil) // final
+		})
+		require.Equal(t, 1, progress.Settled, "a decline is settled: %+v", progress)
+	})
+}
