@@ -95,6 +95,10 @@ type Progress struct {
 	// replayed, or a recorded error. An item that failed with a retryable error, left to the
 	// activity's retry, is not settled.
 	Settled int
+	// Failed is how many of the settled items have a recorded error (a decline, a payload
+	// mismatch): final, so no retry runs them. {Settled: 403, Failed: 3, Total: 1000} reads "400
+	// done, 3 declined, 597 left".
+	Failed int
 	// Total is how many items the call runs or replays: each item ID once, without the items
 	// refused before they run (an invalid ID).
 	Total int
@@ -191,6 +195,9 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 		mu.Lock()
 		if r.Settled() {
 			progress.Settled++
+		}
+		if r.final {
+			progress.Failed++
 		}
 		now := progress
 		mu.Unlock()
