@@ -123,7 +123,7 @@ func (s *Store) callFor(ctx context.Context, opts Options, in any) (Call, error)
 		return Call{}, errors.New("tempotent: a registered activity was called outside an activity context; call Do, DoInNewTx or DoInTx with a Call instead")
 	}
 	if !intercepted(ctx) {
-		return Call{}, ErrMisconfigured
+		return Call{}, errNoInterceptor("a registered activity")
 	}
 	k, err := keys.FromActivity(ctx)
 	if err != nil {

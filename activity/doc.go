@@ -43,7 +43,8 @@
 // DoInTx take an explicit Call, whose key you build with keys.Explicit.
 //
 // A batch activity (a payout to 1,000 sellers, a mailing) runs its items with ForEach: each
-// item under a receipt of its own, keyed from the activity's key and the item's ID, so that a
+// item under a receipt of its own, keyed from the activity's key, the pass's name
+// (Items.Operation: required, and one per pass over the same items) and the item's ID, so that a
 // retry after a crash at item 600 replays the 600 (their receipts read in one statement) and
 // runs the rest. Register such an activity with Options{Batch: true}, or as a plain activity.
 //

@@ -29,7 +29,9 @@ const (
 	ErrTypeStore            = errtype.Store            // retryable
 	ErrTypeReconcileFailed  = errtype.ReconcileFailed  // retryable
 	ErrTypeForwardUnsettled = errtype.ForwardUnsettled // retryable, with a next-retry delay
-	// ErrTypeMisconfigured: a registered activity ran on a worker without NewInterceptor.
+	// ErrTypeMisconfigured: the activity's code or its worker is set up wrong (a worker without
+	// NewInterceptor, a misuse of ForEach); no retry can succeed, and the message says what to
+	// change.
 	ErrTypeMisconfigured = errtype.Misconfigured // non-retryable
 	// ErrTypeBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
 	ErrTypeBatchUnfinished = errtype.BatchUnfinished // retryable
@@ -49,13 +51,22 @@ var (
 	ErrStore            = errors.New("receipt store unavailable")
 	ErrReconcileFailed  = errors.New("reconcile failed")
 	ErrForwardUnsettled = errors.New("forward step not settled")
-	// ErrMisconfigured: a registered activity ran on a worker without NewInterceptor.
 	// ErrBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
 	ErrBatchUnfinished = errors.New("batch unfinished")
-	ErrMisconfigured   = errors.New("this worker runs a registered activity without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors")
+	// ErrMisconfigured: the activity's code or its worker is set up wrong, so no retry can
+	// succeed. It is never returned alone: the error that wraps it says what is wrong and what
+	// to do (install NewInterceptor, give Items.ID…).
+	ErrMisconfigured = errors.New("misconfigured")
 	// ErrCompensated: a forward step whose compensation completed ran again (CompensatedError).
 	ErrCompensated = errors.New("compensated")
 )
+
+// errNoInterceptor is ErrMisconfigured for what (a registered activity, an activity calling
+// ForEach) running on a worker without NewInterceptor.
+func errNoInterceptor(what string) error {
+	return fmt.Errorf("%w: this worker runs %s without tempotent's interceptor, which reads the key the workflow decided and extends the receipt's lease on heartbeats; install activity.NewInterceptor() in worker.Options.Interceptors",
+		ErrMisconfigured, what)
+}
 
 // MismatchError reports that a key was used again with a different request. Nothing was called.
 type MismatchError struct {

@@ -42,8 +42,11 @@ func ExampleForEach() {
 	}
 	payOut := func(ctx context.Context, sellers []Seller) (int, error) {
 		results, err := activity.ForEach(ctx, store, sellers, activity.Items[Seller]{
-			ID:      func(s Seller) string { return s.ID },
-			Options: activity.Options{DownstreamDeduplicates: true},
+			ID: func(s Seller) string { return s.ID },
+			// The pass's name, in each seller's key: a second pass over the sellers (a
+			// notice to each) needs a name of its own.
+			Operation: "Transfer",
+			Options:   activity.Options{DownstreamDeduplicates: true},
 		}, transfer)
 		if err != nil {
 			return 0, err // activity.ErrBatchUnfinished: Temporal retries the batch

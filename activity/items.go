@@ -23,17 +23,47 @@ type Items[In any] struct {
 	// items with one ID are one intent: the second replays the first, or, with another
 	// request, is a payload mismatch.
 	ID func(In) string
-	// Operation names what is done to each item ("Transfer", "Notify"), as the items' receipts
-	// record it; zero means the activity's operation. An activity that runs two passes over the
-	// same items (pay each seller, then notify each) must name each pass: under one operation
-	// the second pass would find the first pass's receipts and replay them instead of running.
-	// ForEach refuses a second function under an operation already used in the attempt.
+	// Operation names the pass: what is done to each item ("Transfer", "Notify"), as the items'
+	// receipts record it. Required. An item's key is made of the batch's key, this name and the
+	// item's ID, and nothing else: ForEach tells passes apart by their names alone. So two passes
+	// over the same items in one activity (pay each seller, then notify each) must have
+	// different names (another activity's passes may reuse them: its items' keys derive from its
+	// own key); under one name the second pass finds the first's receipts and returns their
+	// results as its own, calling nothing. ForEach called again under the same name in the
+	// same attempt is the same pass, by that naming (a loop that retries the unfinished items):
+	// its settled items replay. A name that ran in the attempt with other item or result types
+	// is refused, as two passes under one name; ForEach cannot tell two passes of the same types
+	// apart, and does not guess (comparing functions would not do: two closures of one literal
+	// share their code).
+	//
+	// The name must be a valid key operation (1 to keys.MaxNameLen bytes of UTF-8 without
+	// control characters). It may be the activity's own operation (its type), which is what an
+	// empty Operation meant before it was required: naming the pass so keeps the item receipts of
+	// batches in flight across that upgrade.
 	Operation string
 	// Concurrency is how many items run at once; zero means 1, in the order given. Items that
 	// run together share their completions' commits.
 	Concurrency int
 	// Options are the downstream's properties for every item, as for Register.
 	Options
+}
+
+// validate reports the first field of o that ForEach cannot run with.
+func (o Items[In]) validate() error {
+	switch {
+	case o.ID == nil:
+		return errors.New("Items.ID is required; return each item's own stable ID (a payee's ID, not its index)")
+	case o.Operation == "":
+		return errors.New(`Items.Operation is required; name the pass, what it does to each item ("Transfer", "Notify"), and give each pass over the same items its own name`)
+	}
+	// The name is the items' key operation. The activity's own operation is a valid one: an
+	// item's ID is "item:<batch token>/<item ID>" (keys.Key.Item), and the batch's own receipt,
+	// under that operation, has a key ID of another scope tag ("wf:", "explicit:"…), so no item
+	// key equals it, nor an item key of another batch, whose token differs.
+	if err := (keys.Key{Namespace: "-", Operation: o.Operation, ID: "-"}).Validate(); err != nil {
+		return fmt.Errorf("Items.Operation %q is the items' key operation: %w", o.Operation, err)
+	}
+	return o.Options.validate()
 }
 
 // ItemResult is what one item of a batch came to.
@@ -57,11 +87,21 @@ type ItemResult[Out any] struct {
 // records (a non-retryable one, or one whose type the activity's retry policy does not retry).
 func (r ItemResult[Out]) Settled() bool { return r.Err == nil || r.final }
 
-// Progress is what ForEach records as the activity's heartbeat details after each item. It is
-// a hint for whoever reads it (the Temporal UI, a human); a retry does not need it, since every
-// item's receipt says whether it is settled.
+// Progress is what ForEach records as the activity's heartbeat details after each item: how far
+// the attempt has come, for whoever reads it (the Temporal UI, a human). A retry does not need
+// it, since every item's receipt says whether it is settled.
 type Progress struct {
-	Settled, Total int
+	// Settled is how many items have a final outcome (ItemResult.Settled): a result, new or
+	// replayed, or a recorded error. An item that failed with a retryable error, left to the
+	// activity's retry, is not settled.
+	Settled int
+	// Failed is how many of the settled items have a recorded error (a decline, a payload
+	// mismatch): final, so no retry runs them. {Settled: 403, Failed: 3, Total: 1000} reads "400
+	// done, 3 declined, 597 left".
+	Failed int
+	// Total is how many items the call runs or replays: each item ID once, without the items
+	// refused before they run (an invalid ID).
+	Total int
 }
 
 // ForEach runs fn once per item of a batch activity (a payout to 1,000 payees, a mailing), each
@@ -87,25 +127,22 @@ type Progress struct {
 // (without Batch, a retry after a crash would find the batch's own receipt holding an unknown
 // outcome). A registered batch's own receipt fingerprints its whole input, so another input
 // under the same key is refused as a payload mismatch before any item runs: an item added to a
-// finished payout is not silently left unpaid by a replay. Each pass over the same items in one
-// activity (pay, then notify) needs its own Items.Operation.
+// finished payout is not silently left unpaid by a replay. Each pass over the items is named by
+// Items.Operation, which is required: two passes over the same items in one activity (pay, then
+// notify) need two names.
 //
 // In an activity it heartbeats after each item with Progress as details; a heartbeat, its own
 // or fn's, extends the lease of the activity's receipt and of every item running.
 func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In], fn func(context.Context, In) (Out, error)) ([]ItemResult[Out], error) {
+	if err := o.validate(); err != nil {
+		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %w", ErrMisconfigured, err))
+	}
 	batch, err := s.batchCall(ctx, o.Operation)
 	if err != nil {
 		return nil, toTemporal(err)
 	}
-	if o.ID == nil {
-		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: Items.ID is required; return each item's own stable ID (a payee's ID, not its index)", ErrMisconfigured))
-	}
-	if !batch.passes.claim(batch.operation, reflect.ValueOf(fn).Pointer()) {
-		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %s already ran another function over items under the operation %q; a second pass over the same items would replay the first pass's receipts instead of running: give each pass its own Items.Operation",
-			ErrMisconfigured, ref(batch.Key), batch.operation))
-	}
-	if err := o.validate(); err != nil {
-		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %w", ErrMisconfigured, err))
+	if err := batch.passes.claim(o.Operation, reflect.TypeFor[In](), reflect.TypeFor[Out]()); err != nil {
+		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %s: %w", ErrMisconfigured, ref(batch.Key), err))
 	}
 
 	results := make([]ItemResult[Out], len(items))
@@ -147,18 +184,25 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 	live := &itemLeases{parent: leaseFrom(ctx), live: make(map[*leaseHolder]struct{})}
 	ctx = context.WithValue(ctx, itemLeasesKey{}, live)
 	var (
-		mu   sync.Mutex
-		done int
+		mu       sync.Mutex
+		progress = Progress{Total: len(run)}
 	)
 	each := func(i int) {
 		r := &results[i]
 		r.Out, r.Replayed, r.Err = runItem(ctx, s, calls[i], settled[calls[i].Key.ID], items[i], fn)
+		r.Err = toTemporal(r.Err)
+		r.final = r.Err != nil && s.isFinal(ctx, r.Err)
 		mu.Lock()
-		done++
-		progress := Progress{Settled: done, Total: len(run)}
+		if r.Settled() {
+			progress.Settled++
+		}
+		if r.final {
+			progress.Failed++
+		}
+		now := progress
 		mu.Unlock()
 		if sdkactivity.IsActivity(ctx) {
-			sdkactivity.RecordHeartbeat(ctx, progress)
+			sdkactivity.RecordHeartbeat(ctx, now)
 		}
 	}
 	parallel(run, cmp.Or(max(o.Concurrency, 0), 1), each)
@@ -169,7 +213,7 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 			results[i] = results[j] // the same intent: what the first came to
 			results[i].Replayed = true
 		}
-		results[i].Err = toTemporal(results[i].Err)
+		results[i].Err = toTemporal(results[i].Err) // again for the items that did not run
 		results[i].final = results[i].Err != nil && s.isFinal(ctx, results[i].Err)
 		if !results[i].Settled() {
 			unfinished.Unfinished++
@@ -255,8 +299,8 @@ func parallel(indexes []int, n int, each func(int)) {
 }
 
 // batchCall is the call ForEach's items derive from — the receipt the activity runs under, or
-// the activity's own key when it runs without one —, the items' operation, and the passes the
-// attempt ran.
+// the activity's own key when it runs without one —, the items' operation (the pass's name), and
+// the passes the attempt ran.
 type batchCall struct {
 	Call
 	operation string
@@ -270,43 +314,50 @@ func (s *Store) batchCall(ctx context.Context, operation string) (batchCall, err
 			return batchCall{}, fmt.Errorf("activity.ForEach: %w: %s runs under a receipt whose downstream is not declared safe to call again, so a retry after a crash would find it holding an unknown outcome instead of running the items that are left; register it with Options{Batch: true}, or as a plain activity",
 				ErrMisconfigured, ref(c.Key))
 		}
-		return batchCall{Call: c, operation: cmp.Or(operation, c.Key.Operation), passes: &rc.passes}, nil
+		return batchCall{Call: c, operation: operation, passes: &rc.passes}, nil
 	}
 	if !sdkactivity.IsActivity(ctx) {
 		return batchCall{}, fmt.Errorf("activity.ForEach: %w: call it inside an activity, or inside Do's function", ErrMisconfigured)
 	}
 	attempt, _ := ctx.Value(interceptedKey{}).(*passes)
 	if attempt == nil {
-		return batchCall{}, ErrMisconfigured
+		return batchCall{}, fmt.Errorf("activity.ForEach: %w", errNoInterceptor("an activity that calls ForEach"))
 	}
 	k, err := keys.FromActivity(ctx)
 	if err != nil {
 		return batchCall{}, err
 	}
 	return batchCall{Call: Call{Key: k, ScheduledAt: sdkactivity.GetInfo(ctx).ScheduledTime},
-		operation: cmp.Or(operation, k.Operation), passes: attempt}, nil
+		operation: operation, passes: attempt}, nil
 }
 
-// passes are the ForEach passes of one attempt: the function each items' operation ran.
+// passes are the ForEach passes of one attempt, by name (Items.Operation): the item and result
+// types each ran with.
 type passes struct {
 	mu  sync.Mutex
-	ran map[string]uintptr
+	ran map[string]passTypes
 }
 
-// claim records that fn (its code pointer) runs over items under operation, and reports false
-// when another function already did in this attempt. The same function again (a loop that
-// retries the unfinished items in the same attempt) is the same pass.
-func (p *passes) claim(operation string, fn uintptr) bool {
+type passTypes struct{ in, out reflect.Type }
+
+// claim records that the pass operation runs over items of type in with results of type out.
+// It refuses a name that ran in this attempt with other types: two passes under one name, the
+// second of which would replay the first's receipts (and decode their results as another type).
+// The same types again are the same pass, by the user's naming (a loop that retries the
+// unfinished items).
+func (p *passes) claim(operation string, in, out reflect.Type) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if prev, ok := p.ran[operation]; ok {
-		return prev == fn
+	now := passTypes{in, out}
+	if prev, ok := p.ran[operation]; ok && prev != now {
+		return fmt.Errorf("the pass %q already ran in this attempt over items of type %v with results of type %v, and now runs with %v and %v; under one name a second pass would replay the first pass's receipts instead of running: give each pass its own Items.Operation",
+			operation, prev.in, prev.out, in, out)
 	}
 	if p.ran == nil {
-		p.ran = map[string]uintptr{}
+		p.ran = map[string]passTypes{}
 	}
-	p.ran[operation] = fn
-	return true
+	p.ran[operation] = now
+	return nil
 }
 
 // item is the call of the batch's item id.

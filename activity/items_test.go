@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/activitytest"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -101,10 +103,15 @@ func countedStore(t *testing.T) (*activity.Store, string, *pgtest.Counter) {
 	return s, schema, trips
 }
 
-// payOut is a plain batch activity: each payee under its own receipt.
+// payOut is a plain batch activity: each payee under its own receipt, in the pass "Transfer".
 func payOut(s *activity.Store, p *payouts, concurrency int) func(context.Context, []Payee) ([]Transfer, error) {
+	return payOutAs("Transfer", s, p, concurrency)
+}
+
+// payOutAs is payOut with the pass named operation.
+func payOutAs(operation string, s *activity.Store, p *payouts, concurrency int) func(context.Context, []Payee) ([]Transfer, error) {
 	return func(ctx context.Context, payees []Payee) ([]Transfer, error) {
-		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Concurrency: concurrency,
+		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: operation, Concurrency: concurrency,
 			Options: activity.Options{DownstreamDeduplicates: true}}, p.pay)
 		if err != nil {
 			return nil, err
@@ -187,7 +194,7 @@ func TestForEachStaleHeartbeatRepeatsNothing(t *testing.T) {
 				return 0, err
 			}
 		}
-		results, err := activity.ForEach(ctx, s, payees[from.Settled:], activity.Items[Payee]{ID: payeeID,
+		results, err := activity.ForEach(ctx, s, payees[from.Settled:], activity.Items[Payee]{ID: payeeID, Operation: "Transfer",
 			Options: activity.Options{DownstreamDeduplicates: true}}, p.pay)
 		replayed := 0
 		for _, r := range results {
@@ -237,7 +244,7 @@ func TestForEachMismatchIsThatItemsAlone(t *testing.T) {
 	var results []activity.ItemResult[Transfer]
 	env := newActivityEnv("payout", "batch-1")
 	env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) (err error) {
-		results, err = activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID,
+		results, err = activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer",
 			Options: activity.Options{DownstreamDeduplicates: true}}, p.pay)
 		return err
 	}, sdkactivity.RegisterOptions{Name: "PayOut"})
@@ -288,7 +295,7 @@ func TestForEachRefusesMisuse(t *testing.T) {
 	s, _ := setup(t, nil)
 	p := newPayouts()
 
-	_, err := activity.ForEach(context.Background(), s, payeesN(1), activity.Items[Payee]{ID: payeeID}, p.pay)
+	_, err := activity.ForEach(context.Background(), s, payeesN(1), activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, p.pay)
 	require.ErrorIs(t, err, activity.ErrMisconfigured, "outside an activity")
 
 	env := newActivityEnv("payout", "no-id")
@@ -309,7 +316,7 @@ func TestForEachRefusesMisuse(t *testing.T) {
 	env = newActivityEnv("payout", "bad-id")
 	var results []activity.ItemResult[Transfer]
 	env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) (err error) {
-		results, err = activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID}, p.pay)
+		results, err = activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, p.pay)
 		return err
 	}, sdkactivity.RegisterOptions{Name: "BadID"})
 	_, err = env.ExecuteActivity("BadID", []Payee{{ID: ""}, {ID: "ok"}})
@@ -329,7 +336,9 @@ func TestForEachInARegisteredBatchActivity(t *testing.T) {
 	}
 	run := func() ([]Transfer, error) {
 		env := newActivityEnv("payout", "registered-batch")
-		require.NoError(t, activity.Register(env, s, "PayOut", payOut(s, p, 4), activity.Options{Batch: true}))
+		// The pass is named as the activity's own operation: its items' receipts live beside
+		// the batch's own, and no key of theirs equals it.
+		require.NoError(t, activity.Register(env, s, "PayOut", payOutAs("payout", s, p, 4), activity.Options{Batch: true}))
 		return executePayOut(t, env, payees)
 	}
 	_, err := run()
@@ -342,6 +351,9 @@ func TestForEachInARegisteredBatchActivity(t *testing.T) {
 	require.Equal(t, first, again)
 	p.requireEachPaidOnce(t, payees)
 	require.Equal(t, 21, countReceipts(t, schema), "one receipt for the batch and one per item")
+	var operations int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT count(DISTINCT operation) FROM "+schema+".receipts").Scan(&operations))
+	require.Equal(t, 1, operations, "the items ran under another operation than the batch's own")
 }
 
 // A heartbeat — ForEach's own after each item, or one in an item — extends the batch's lease and
@@ -383,7 +395,7 @@ func TestForEachHeartbeatsExtendItemLeases(t *testing.T) {
 		return Transfer{Payee: payee.ID}, err
 	}
 	require.NoError(t, activity.Register(env, s, "PayOut", func(ctx context.Context, payees []Payee) (int, error) {
-		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Concurrency: 2}, slow)
+		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer", Concurrency: 2}, slow)
 		return len(results), err
 	}, activity.Options{Batch: true}))
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
@@ -413,7 +425,7 @@ func TestForEachPanicInAnItemFailsTheActivity(t *testing.T) {
 	s, _ := setup(t, nil)
 	env := newActivityEnv("payout", "panics")
 	env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) error {
-		_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Concurrency: 4},
+		_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer", Concurrency: 4},
 			func(_ context.Context, p Payee) (int, error) {
 				if p.ID == "seller-005" {
 					panic("bug in the payee code")
@@ -428,18 +440,19 @@ func TestForEachPanicInAnItemFailsTheActivity(t *testing.T) {
 	require.Contains(t, panicErr.Error(), "bug in the payee code")
 }
 
-// Two passes over the same items (pay each seller, then notify each) need an operation each:
-// under one, the second pass would replay the first pass's receipts instead of running.
-func TestForEachPassesNeedTheirOwnOperation(t *testing.T) {
+// Two passes over the same items (pay each seller, then notify each) need a name each: under
+// one, the second pass would replay the first pass's receipts instead of running. ForEach refuses
+// the name when the passes' types differ; the same pass again under its name is allowed.
+func TestForEachOneNameIsOnePass(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, nil)
 	p := newPayouts()
 	notified := 0
-	notify := func(context.Context, Payee) (Transfer, error) { notified++; return Transfer{}, nil }
+	notify := func(_ context.Context, payee Payee) (string, error) { notified++; return "msg-" + payee.ID, nil }
 	twoPasses := func(notifyOp string) func(ctx context.Context, payees []Payee) error {
 		return func(ctx context.Context, payees []Payee) error {
-			for range 2 { // the same pass twice in one attempt is one pass
-				if _, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID}, p.pay); err != nil {
+			for range 2 { // the same pass twice in one attempt, as a loop over the unfinished would
+				if _, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, p.pay); err != nil {
 					return err
 				}
 			}
@@ -447,10 +460,13 @@ func TestForEachPassesNeedTheirOwnOperation(t *testing.T) {
 			return err
 		}
 	}
-	env := newActivityEnv("payout", "passes-unnamed")
-	env.RegisterActivityWithOptions(twoPasses(""), sdkactivity.RegisterOptions{Name: "PayAndNotify"})
+	env := newActivityEnv("payout", "passes-one-name")
+	env.RegisterActivityWithOptions(twoPasses("Transfer"), sdkactivity.RegisterOptions{Name: "PayAndNotify"})
 	_, err := env.ExecuteActivity("PayAndNotify", payeesN(3))
+	temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+	require.ErrorContains(t, err, `the pass "Transfer" already ran in this attempt`)
 	require.ErrorContains(t, err, "give each pass its own Items.Operation")
+	require.NotContains(t, err.Error(), "interceptor")
 	require.Zero(t, notified)
 
 	env = newActivityEnv("payout", "passes-named")
@@ -503,7 +519,7 @@ func TestForEachRetryPolicyDecidesWhatIsSettled(t *testing.T) { // not parallel:
 	queue := "foreach-policy"
 	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	w.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) (int, error) {
-		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID}, func(_ context.Context, p Payee) (int, error) {
+		results, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, func(_ context.Context, p Payee) (int, error) {
 			if p.ID == "seller-001" {
 				return 0, temporal.NewApplicationError("account closed", "AccountClosed") // retryable by its own flag
 			}
@@ -537,4 +553,205 @@ func TestForEachRetryPolicyDecidesWhatIsSettled(t *testing.T) { // not parallel:
 	var settled int
 	require.NoError(t, run.Get(ctx, &settled), "an item the retry policy makes final left the batch unfinished")
 	require.Equal(t, 3, settled)
+}
+
+// Each misuse of ForEach is refused with a message that names what is wrong and what to do. None
+// of them is a missing interceptor, so none says to install it; the worker without the
+// interceptor still does.
+func TestForEachMisuseSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	p := newPayouts()
+	items := func(o activity.Items[Payee]) func(context.Context, []Payee) error {
+		return func(ctx context.Context, payees []Payee) error {
+			_, err := activity.ForEach(ctx, s, payees, o, p.pay)
+			return err
+		}
+	}
+	run := func(t *testing.T, env *testsuite.TestActivityEnvironment, fn func(context.Context, []Payee) error) error {
+		t.Helper()
+		env.RegisterActivityWithOptions(fn, sdkactivity.RegisterOptions{Name: "PayOut"})
+		_, err := env.ExecuteActivity("PayOut", payeesN(2))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		return err
+	}
+	requireCause := func(t *testing.T, err error, cause string) {
+		t.Helper()
+		require.ErrorContains(t, err, cause)
+		require.NotContains(t, err.Error(), "interceptor", "the message blames the interceptor for another misuse")
+	}
+
+	t.Run("OutsideAnActivity", func(t *testing.T) {
+		_, err := activity.ForEach(context.Background(), s, payeesN(1), activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, p.pay)
+		require.ErrorIs(t, err, activity.ErrMisconfigured)
+		requireCause(t, err, "call it inside an activity")
+	})
+	t.Run("NoID", func(t *testing.T) {
+		requireCause(t, run(t, newActivityEnv("payout", "no-id"), items(activity.Items[Payee]{})), "Items.ID is required")
+	})
+	t.Run("NoOperation", func(t *testing.T) {
+		err := run(t, newActivityEnv("payout", "no-operation"), items(activity.Items[Payee]{ID: payeeID}))
+		requireCause(t, err, "Items.Operation is required; name the pass")
+	})
+	t.Run("InvalidOperation", func(t *testing.T) {
+		err := run(t, newActivityEnv("payout", "bad-operation"), items(activity.Items[Payee]{ID: payeeID, Operation: "Transfer\n"}))
+		requireCause(t, err, `Items.Operation "Transfer\n" is the items' key operation: invalid idempotency key: operation has control character`)
+		err = run(t, newActivityEnv("payout", "long-operation"), items(activity.Items[Payee]{ID: payeeID, Operation: strings.Repeat("x", keys.MaxNameLen+1)}))
+		requireCause(t, err, "operation is 256 bytes; the limit is 255")
+		require.Zero(t, p.requests["seller-000"], "an item ran under an invalid operation")
+	})
+	t.Run("InvalidOptions", func(t *testing.T) {
+		err := run(t, newActivityEnv("payout", "bad-options"),
+			items(activity.Items[Payee]{ID: payeeID, Operation: "Transfer", Options: activity.Options{DownstreamKeyMemory: -time.Second}}))
+		requireCause(t, err, "Options.DownstreamKeyMemory is negative")
+	})
+	t.Run("RegisteredWithoutBatch", func(t *testing.T) {
+		env := newActivityEnv("payout", "no-batch")
+		require.NoError(t, activity.Register(env, s, "PayOut", payOut(s, p, 1), activity.Options{}))
+		_, err := env.ExecuteActivity("PayOut", payeesN(1))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		requireCause(t, err, "register it with Options{Batch: true}")
+	})
+	t.Run("WithoutTheInterceptor", func(t *testing.T) {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: keys.Given(context.Background(), "payout", "no-interceptor")})
+		err := run(t, env, items(activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}))
+		require.ErrorContains(t, err, "install activity.NewInterceptor()", "a plain activity")
+
+		env = suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{BackgroundActivityContext: keys.Given(context.Background(), "payout", "no-interceptor")})
+		require.NoError(t, activity.Register(env, s, "PayOut", payOut(s, p, 1), activity.Options{Batch: true}))
+		_, err = env.ExecuteActivity("PayOut", payeesN(1))
+		temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+		require.ErrorContains(t, err, "install activity.NewInterceptor()", "a registered activity")
+	})
+}
+
+// mailer sends one kind of message to payees, and logs what it sent.
+type mailer struct {
+	kind string
+	mu   *sync.Mutex
+	sent map[string]int // "kind/payee" → messages
+}
+
+func (m mailer) Send(_ context.Context, p Payee) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sent[m.kind+"/"+p.ID]++
+	return m.kind + "-" + p.ID, nil
+}
+
+// sendAs returns a closure of one function literal for each kind. It is not inlined: inlined at
+// two call sites, the literal would compile to two functions.
+//
+//go:noinline
+func sendAs(kind string, mu *sync.Mutex, sent map[string]int) func(context.Context, Payee) (string, error) {
+	return func(ctx context.Context, p Payee) (string, error) {
+		return mailer{kind: kind, mu: mu, sent: sent}.Send(ctx, p)
+	}
+}
+
+// A pass over the items is named (Items.Operation), not guessed from its function: two closures
+// of one function literal, or two method values of one method, are two passes with one code
+// pointer. Unnamed, a pass is refused before anything is sent; named apart, each pass sends to
+// every item.
+func TestForEachPassesAreNamedNotGuessed(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	type send = func(context.Context, Payee) (string, error)
+	var (
+		mu   sync.Mutex
+		sent = map[string]int{}
+	)
+	payoutMailer, statementMailer := mailer{kind: "payout", mu: &mu, sent: sent}, mailer{kind: "statement", mu: &mu, sent: sent}
+	for _, tc := range []struct {
+		name          string
+		first, second send
+	}{
+		{"ClosuresOfOneLiteral", sendAs("payout", &mu, sent), sendAs("statement", &mu, sent)},
+		{"MethodValuesOfOneMethod", payoutMailer.Send, statementMailer.Send},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			twoPasses := func(first, second string) func(context.Context, []Payee) error {
+				return func(ctx context.Context, payees []Payee) error {
+					for _, pass := range []struct {
+						name string
+						fn   send
+					}{{first, tc.first}, {second, tc.second}} {
+						if _, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: pass.name}, pass.fn); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+			}
+			mu.Lock()
+			clear(sent)
+			mu.Unlock()
+			env := newActivityEnv("mailing", tc.name+"-unnamed")
+			env.RegisterActivityWithOptions(twoPasses("", ""), sdkactivity.RegisterOptions{Name: "Mail"})
+			_, err := env.ExecuteActivity("Mail", payeesN(2))
+			temporaltest.RequireAppError(t, err, activity.ErrTypeMisconfigured, false)
+			require.ErrorContains(t, err, "Items.Operation is required")
+			mu.Lock()
+			require.Empty(t, sent, "a pass without a name ran")
+			mu.Unlock()
+
+			env = newActivityEnv("mailing", tc.name+"-named")
+			env.RegisterActivityWithOptions(twoPasses("Payout", "Statement"), sdkactivity.RegisterOptions{Name: "Mail"})
+			_, err = env.ExecuteActivity("Mail", payeesN(2))
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, map[string]int{"payout/seller-000": 1, "payout/seller-001": 1, "statement/seller-000": 1, "statement/seller-001": 1}, sent,
+				"each pass sends to each item once")
+		})
+	}
+}
+
+// Progress counts as settled only the items with a final outcome: a batch whose items all failed
+// with retryable errors has settled none, and a declined item is settled, and failed.
+func TestForEachProgressCountsOnlySettledItems(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, nil)
+	// firstProgress runs a batch of 3 payees through pay and returns its first heartbeat: the
+	// SDK sends the first at once and throttles the rest.
+	firstProgress := func(t *testing.T, id string, pay func(context.Context, Payee) (int, error)) activity.Progress {
+		t.Helper()
+		env := newActivityEnv("payout", id)
+		var (
+			mu   sync.Mutex
+			seen []activity.Progress
+		)
+		env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
+			var progress activity.Progress
+			if details.Get(&progress) == nil {
+				mu.Lock()
+				seen = append(seen, progress)
+				mu.Unlock()
+			}
+		})
+		env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) error {
+			_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, pay)
+			return err
+		}, sdkactivity.RegisterOptions{Name: "PayOut"})
+		_, _ = env.ExecuteActivity("PayOut", payeesN(3))
+		mu.Lock()
+		defer mu.Unlock()
+		require.NotEmpty(t, seen, "ForEach did not heartbeat")
+		return seen[0]
+	}
+	t.Run("AllFailed", func(t *testing.T) {
+		progress := firstProgress(t, "all-failed", func(context.Context, Payee) (int, error) {
+			return 0, errors.New("gateway unavailable") // retryable: left to the retry
+		})
+		require.Equal(t, activity.Progress{Settled: 0, Failed: 0, Total: 3}, progress, "a retryable failure counted as settled or failed")
+	})
+	t.Run("Declined", func(t *testing.T) {
+		progress := firstProgress(t, "declined", func(context.Context, Payee) (int, error) {
+			return 0, temporal.NewNonRetryableApplicationError("card declined", "Declined", nil) // final
+		})
+		require.Equal(t, activity.Progress{Settled: 1, Failed: 1, Total: 3}, progress, "a decline is settled and failed")
+	})
 }

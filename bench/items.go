@@ -72,7 +72,7 @@ func batchCall(id string) activity.Call {
 }
 
 func runBatch(ctx context.Context, s *activity.Store, items []item, concurrency int) (int, error) {
-	results, err := activity.ForEach(ctx, s, items, activity.Items[item]{ID: func(i item) string { return i.ID }, Concurrency: concurrency,
+	results, err := activity.ForEach(ctx, s, items, activity.Items[item]{ID: func(i item) string { return i.ID }, Operation: "Pay", Concurrency: concurrency,
 		Options: activity.Options{DownstreamDeduplicates: true}}, // as row 1's calls: one WAL flush each
 		func(context.Context, item) (int, error) { return 1, nil })
 	return len(results), err

@@ -73,7 +73,10 @@ func (a *Activities) payOut(ctx context.Context, store *activity.Store, p Payout
 		payments, opts = a.Gateway, activity.Options{DownstreamSettleTime: SettleTime, Reconcile: downstream.ReconcileCharge(a.GatewayLookup)}
 	}
 	results, err := activity.ForEach(ctx, store, p.Sellers, activity.Items[Seller]{
-		ID:          func(s Seller) string { return s.ID },
+		ID: func(s Seller) string { return s.ID },
+		// The pass: each seller's receipt records a transfer. A second pass over the sellers
+		// (a statement to each) would need a name of its own.
+		Operation:   "Transfer",
 		Concurrency: 8,
 		Options:     opts,
 	}, func(ctx context.Context, s Seller) (downstream.Charge, error) {
