@@ -8,16 +8,22 @@
 //     and dropped when the test ends. A database that does not answer fails the test with how to
 //     start one: a check that skips itself proves nothing.
 //   - RequireRetrySafe runs your activity through a crash before report, a crash after the
-//     effect before the receipt, a timeout while the first attempt still runs, and a different
-//     payload under the same key, and counts the effects with the function you give. Each
-//     attempt runs on the SDK's TestActivityEnvironment with tempotent's interceptor, registered
-//     with activity.Register, so the path under test is the one your worker runs; the key is
-//     given with keys.Given (an activity environment has no workflow to decide it), one per
-//     path. What a crash needs that the SDK cannot do — hold an attempt after its function
-//     returned, end its lease — the check does to the attempt and to the store.
+//     effect before the receipt, a timeout while the first attempt still runs, the same crash
+//     followed by the intent's attempt in a new run (a reset), a failure after the effect (a
+//     500, a dropped connection) followed by Temporal's retries, and a different payload under
+//     the same key, and counts the effects with the function you give. Each attempt runs on the
+//     SDK's TestActivityEnvironment with tempotent's interceptor, registered with
+//     activity.Register, so the path under test is the one your worker runs; the key is given
+//     with keys.Given (an activity environment has no workflow to decide it), one per path, and
+//     activity.GetInfo reports what Temporal changes between attempts: the attempt number, the
+//     task token, and on a reset the run and activity ID. What a crash needs that the SDK
+//     cannot do — hold an attempt after its function returned, end its lease — the check does
+//     to the attempt and to the store.
 //   - Downstream is a recording HTTP downstream (httptest) that counts requests and effects per
-//     Idempotency-Key, deduplicates like Stripe or not at all, and answers with faults: a 500
-//     before or after the effect, a dropped connection after it, a slow answer.
+//     Idempotency-Key, deduplicates like Stripe (comparing a repeated key's request: another one
+//     gets 400 idempotency_error) or not at all, and answers with faults: a 500 before or after
+//     the effect, a dropped connection after it, a slow answer. FaultProxy injects the same
+//     faults in front of a downstream of your own.
 //   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
 //     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
 //   - RequireRetrySafeTx is the same for an activity registered with activity.RegisterTx, whose
@@ -52,5 +58,11 @@
 // Two of the paths guard the registration more than the activity's code: a crash before
 // report and another payload under the same key are answered by the receipt whatever the
 // activity does; they fail when the options or the store do not protect it. The takeover paths
-// (a crash after the effect, a timeout, a reset) are where the activity's own key must hold.
+// (a crash after the effect, a timeout, a reset) and the failure after the effect are where the
+// activity's own key, and its reading of errors, must hold.
+//
+// No check here sees state an activity keeps in its own process across attempts (a map of keys
+// in a package variable): every attempt runs in the test's process, where it survives, while a
+// worker that died takes it with it. docs/testing.md says what each check proves and what none
+// can.
 package activitytest
