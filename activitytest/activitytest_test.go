@@ -141,6 +141,25 @@ func taskTokenKeyCharge(url string) func(context.Context, chargeRequest) (charge
 	}
 }
 
+// rememberedKeyCharge remembers a random key per intent's token, in memory: the same key for
+// every attempt in this process, and a new one on a worker that starts after a crash.
+func rememberedKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	var mu sync.Mutex
+	byToken := map[keys.Token]string{}
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		tok, _ := keys.TokenFrom(ctx)
+		mu.Lock()
+		if byToken[tok] == "" {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			byToken[tok] = hex.EncodeToString(b[:])
+		}
+		key := byToken[tok]
+		mu.Unlock()
+		return postBody(ctx, url+"/v1/charges", key, in)
+	}
+}
+
 // runIDKeyCharge builds its idempotency key from the run and activity IDs: stable across the
 // retries of one run, and new after a reset.
 func runIDKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
@@ -278,6 +297,8 @@ var harnessCases = []harnessCase{
 		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1", "not the attempt, the task token"}},
 	{name: "KeyPerTaskTokenInMemory", activity: taskTokenKeyCharge, dedup: true, declared: true,
 		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
+	{name: "KeyRememberedInMemory", activity: rememberedKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
 	{name: "KeyOfTheRunID", activity: runIDKeyCharge, dedup: true, declared: true,
 		want: []string{activitytest.PathNewRun + ": 2 effects for one intent, want 1"}},
 	{name: "RequestChangesBetweenAttempts", activity: stampedCharge, dedup: true, declared: true,
@@ -350,6 +371,35 @@ func TestRequireRetrySafe(t *testing.T) {
 			t.Logf("what the check said:\n%s", got)
 		})
 	}
+
+	// A fake kept in memory (not behind a FaultProxy) starts empty in the worker process that
+	// takes over: the check says so rather than blaming the activity alone.
+	t.Run("ExplainsAFakeKeptInMemory", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		charged := map[keys.Token]bool{} // a deduplicating fake, in this process's memory
+		charges := 0
+		d := activitytest.NewDownstream(t, nil) // only for its faults, never called
+		got := strings.Join(failures(t, func(tb testing.TB) {
+			activitytest.RequireRetrySafe(tb, activitytest.Check[chargeRequest, charge]{
+				Activity: func(ctx context.Context, _ chargeRequest) (charge, error) {
+					tok, _ := keys.TokenFrom(ctx)
+					mu.Lock()
+					defer mu.Unlock()
+					if !charged[tok] {
+						charged[tok] = true
+						charges++
+					}
+					return charge{ID: string(tok)}, nil
+				},
+				Options: activity.Options{DownstreamDeduplicates: true},
+				Input:   req, Other: other, Faults: d, Store: activitytest.NewStore(t, nil),
+				Effects: func() int { mu.Lock(); defer mu.Unlock(); return charges },
+			})
+		}), "\n")
+		require.Contains(t, got, activitytest.PathCrashAfterEffect+": 2 effects for one intent, want 1, 1 of them counted only in the worker process that took over")
+		require.Contains(t, got, "FaultProxy")
+	})
 
 	t.Run("RefusesACheckWithoutFaults", func(t *testing.T) {
 		t.Parallel()

@@ -61,8 +61,9 @@
 // (a crash after the effect, a timeout, a reset) and the failure after the effect are where the
 // activity's own key, and its reading of errors, must hold.
 //
-// No check here sees state an activity keeps in its own process across attempts (a map of keys
-// in a package variable): every attempt runs in the test's process, where it survives, while a
-// worker that died takes it with it. docs/testing.md says what each check proves and what none
-// can.
+// A takeover after a crash runs in a worker process of its own (the test binary, running the
+// same test again), so that nothing the first attempt kept in memory survives it, as nothing
+// survives a worker that died. The test's stores, Downstreams and FaultProxies are shared with
+// that process; a fake kept in memory is not. docs/testing.md says what each check proves and
+// what none can.
 package activitytest

@@ -122,9 +122,14 @@ func NewDownstream(tb testing.TB, opts *DownstreamOptions) *Downstream {
 	if d.opts.SlowFor <= 0 {
 		d.opts.SlowFor = 2 * time.Second
 	}
+	if url, ok := inherited(tb, "downstream"); ok {
+		d.URL = url // a worker process (see process.go) calls the first process's downstream
+		return d
+	}
 	srv := httptest.NewServer(http.HandlerFunc(d.serve))
 	tb.Cleanup(srv.Close)
 	d.URL = srv.URL
+	remember(tb, "downstream", d.URL)
 	return d
 }
 

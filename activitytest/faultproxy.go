@@ -33,9 +33,14 @@ func NewFaultProxy(tb testing.TB, target string) *FaultProxy {
 		tb.Fatalf("activitytest: NewFaultProxy needs the downstream's base URL (http://host:port), got %q", target)
 	}
 	p := &FaultProxy{slowFor: 2 * time.Second, proxy: httputil.NewSingleHostReverseProxy(u)}
+	if url, ok := inherited(tb, "proxy"); ok {
+		p.URL = url // a worker process (see process.go) goes through the first process's proxy
+		return p
+	}
 	srv := httptest.NewServer(http.HandlerFunc(p.serve))
 	tb.Cleanup(srv.Close)
 	p.URL = srv.URL
+	remember(tb, "proxy", p.URL)
 	return p
 }
 

@@ -92,9 +92,14 @@ const maxAttempts = 6
 // after its function returned (before its receipt is written) and never let go; a lease ends by
 // moving it into the past in the store. A failure names the path and what was counted.
 //
-// What it cannot see: state the activity keeps in its own process across attempts (a map of
-// keys in a package variable), which a worker that died takes with it; build such state only
-// from the intent's token, or keep it in the database.
+// A takeover after a crash (the second and fourth paths) runs in a worker process of its own,
+// as Temporal runs it on another worker: the test binary runs the test again, and activitytest's
+// NewStore, NewDownstream and NewFaultProxy hand it the first process's store and downstreams,
+// while everything else is new — a key kept in memory by the first attempt is gone, as it is
+// after a crash. Downstreams the activity calls must therefore be reached through a Downstream
+// or a FaultProxy; a fake kept in memory starts empty there, and the check says so. A check
+// whose tb is not a test's (an example's) runs that attempt in its own process instead, and
+// logs it.
 func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	tb.Helper()
 	if c.Activity == nil || c.Effects == nil {
@@ -109,7 +114,10 @@ func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	if fpIn, fpOther := fingerprint(tb, c.Input), fingerprint(tb, c.Other); fpIn == fpOther {
 		tb.Fatalf("activitytest: Check.Other fingerprints like Check.Input; give a request that differs from it, so that the mismatch path can be checked")
 	}
-	r := &runner[In, Out]{tb: tb, c: c, ts: testStoreOf(tb, c.Store)}
+	r := &runner[In, Out]{tb: tb, c: c, ts: testStoreOf(tb, c.Store), call: nextCall(tb)}
+	if asWorkerAttempt(r, r.call) {
+		return
+	}
 	r.crashBeforeReport()
 	r.crashAfterEffect(crashed)
 	r.crashAfterEffect(timedOut)
@@ -121,9 +129,10 @@ func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 
 // runner runs one Check.
 type runner[In, Out any] struct {
-	tb testing.TB
-	c  Check[In, Out]
-	ts *testStore
+	tb   testing.TB
+	c    Check[In, Out]
+	ts   *testStore
+	call int // which RequireRetrySafe call of the test this is
 }
 
 // activityName is the name the activity is registered under, and its keys' operation.
@@ -258,13 +267,23 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 	if how == reset {
 		next = who.reset()
 	}
-	second := r.execute(id, next, r.c.Input, nil)
-	n := r.c.Effects() - before
+	var (
+		second attempt[Out]
+		unseen int
+	)
+	if how == timedOut {
+		second = r.execute(id, next, r.c.Input, nil) // the first attempt's worker still runs
+	} else {
+		second, unseen = r.elsewhere(path, id, next)
+	}
+	n := r.c.Effects() - before + unseen
 	switch {
+	case n > 1 && unseen > 0:
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1, %d of them counted only in the worker process that took over: either the takeover had the effect again, or Check.Effects counts a fake kept in memory that the new process started empty. Reach such a fake through a FaultProxy (NewFaultProxy), which a worker process shares with the test, and send the token (keys.TokenFrom) as the idempotency key", path, n, unseen)
 	case n == 0:
 		tb.Errorf("activitytest: %s: 0 effects for this intent, want 1: the downstream took its request for an earlier intent's. Send the intent's token (keys.TokenFrom) as the idempotency key; a key made of other IDs is shared by intents that must each have their effect", path)
 	case n > 1:
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key — not the attempt, the task token, the run or the activity ID, which Temporal changes between attempts — and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key — not the attempt, the task token, the run or the activity ID, which Temporal changes between attempts, nor a key kept in memory, which the worker that takes over after a crash does not have — and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
 	case second.err != nil && !isType(second.err, activity.ErrTypeOutcomeUnknown):
 		tb.Errorf("activitytest: %s: the attempt that took over failed, though the first one's effect happened: %v. If the downstream refused the key with other parameters, the activity's request changes between attempts (a timestamp, a random ID): build it only from the input and the token", path, second.err)
 	}
@@ -276,6 +295,24 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 	if second.err == nil && (first.err != nil || !reflect.DeepEqual(first.out, second.out)) {
 		tb.Errorf("activitytest: %s: the late attempt returned %+v (error %v), the attempt that took over %+v: a workflow could see two outcomes", path, first.out, first.err, second.out)
 	}
+}
+
+// elsewhere runs an attempt in a worker process of its own (process.go), as Temporal runs a
+// takeover after a crash on another worker, where nothing the first attempt kept in memory
+// exists. unseen is the effects that process counted beyond those this one sees (a fake kept in
+// memory).
+func (r *runner[In, Out]) elsewhere(path, id string, who identity) (a attempt[Out], unseen int) {
+	r.tb.Helper()
+	before := r.c.Effects()
+	a, theirs, err := inWorkerProcess[Out](r.tb, r.call, id, who)
+	switch {
+	case errors.Is(err, errNoWorkerProcess):
+		r.tb.Logf("activitytest: %s: the takeover ran in this process: a check called from a test function runs it in a process of its own", path)
+		return r.execute(id, who, r.c.Input, nil), 0
+	case err != nil:
+		r.tb.Fatalf("activitytest: %s: run the takeover in a worker process of its own: %v", path, err)
+	}
+	return a, max(0, theirs-(r.c.Effects()-before))
 }
 
 // failAfterEffect has the downstream apply the first attempt's request and lose the answer

@@ -37,6 +37,7 @@ func NewStore(tb testing.TB, cfg *activity.Config) *activity.Store {
 	if url == "" {
 		url = DatabaseURLDefault
 	}
+	inheritedSchema, inWorker := inherited(tb, "store")
 	pool, err := pgxpool.New(ctx, url)
 	if err == nil {
 		err = pool.Ping(ctx)
@@ -50,10 +51,18 @@ func NewStore(tb testing.TB, cfg *activity.Config) *activity.Store {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "activitytest_" + hex.EncodeToString(b[:])
-	tb.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		pool.Close()
-	})
+	if inWorker {
+		// A worker process (see process.go) works on the first process's schema, which
+		// that process migrated and drops.
+		schema = inheritedSchema
+		tb.Cleanup(pool.Close)
+	} else {
+		remember(tb, "store", schema)
+		tb.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			pool.Close()
+		})
+	}
 	c := activity.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -63,7 +72,9 @@ func NewStore(tb testing.TB, cfg *activity.Config) *activity.Store {
 	if err != nil {
 		tb.Fatalf("activitytest: %v", err)
 	}
-	if err := s.Migrate(ctx); err != nil {
+	if inWorker {
+		// migrated by the first process
+	} else if err := s.Migrate(ctx); err != nil {
 		tb.Fatalf("activitytest: migrate schema %s: %v", schema, err)
 	}
 	stores.Store(s, &testStore{pool: pool, schema: schema})

@@ -71,7 +71,9 @@ func TestPayOutIsRetrySafe(t *testing.T) {
 
 // activitiesOnFakepay returns the sample's activities against one fakepay of the test's own, as
 // provider, carrier and gateway, through a proxy that fails the requests a check asks it to;
-// the gateway's lookups (reconcile) go to fakepay directly.
+// the gateway's lookups (reconcile) go through a proxy of their own that fails nothing. A check
+// runs a takeover in a worker process of its own, which reaches the test's fakepay only through
+// activitytest's proxies: one it made would be empty.
 func activitiesOnFakepay(t *testing.T) (*fakepay.Server, *activitytest.FaultProxy, *payment.Activities) {
 	t.Helper()
 	srv, err := fakepay.New(nil)
@@ -79,6 +81,6 @@ func activitiesOnFakepay(t *testing.T) (*fakepay.Server, *activitytest.FaultProx
 	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	proxy := activitytest.NewFaultProxy(t, hs.URL)
-	return srv, proxy, payment.NewActivities(nil, proxy.URL, proxy.URL, hs.URL)
+	proxy, lookups := activitytest.NewFaultProxy(t, hs.URL), activitytest.NewFaultProxy(t, hs.URL)
+	return srv, proxy, payment.NewActivities(nil, proxy.URL, proxy.URL, lookups.URL)
 }
