@@ -99,7 +99,7 @@ explore: ## Explore from SEED: receipts (N=3000, ~2 min; PARTITIONED=1 ~15), dis
 # the exploration runs 100 histories per mutant to keep the whole run near an hour on 2 cores.
 # MUTATION.md lists the mutants that survive and why they cannot change behaviour. MUTATE_DIFF=REV
 # mutates only the lines changed since REV (what CI runs on a day's changes).
-MUTATE_PKGS ?= keys saga activity outbox inbox webhook downstream
+MUTATE_PKGS ?= keys saga activity outbox inbox webhook downstream activitytest
 MUTATE_DIFF ?=
 # gremlins v0.6.0 runs from inside the package with git's diffs relative to it and without context
 # lines: from the module's root its --diff matches no file (git names them from the root, gremlins
