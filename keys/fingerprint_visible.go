@@ -205,34 +205,59 @@ func checkIntentEncoded(t reflect.Type) error {
 		k := tagged{o.owner, o.sf.Index[0]}
 		honoured[k] = honoured[k] || view.reachesAny(o.index)
 	}
+	var dropped []intentOccurrence
 	for _, o := range tags {
-		if honoured[tagged{o.owner, o.sf.Index[0]}] {
-			continue
+		if !honoured[tagged{o.owner, o.sf.Index[0]}] {
+			dropped = append(dropped, o)
 		}
-		return tagError(o.owner, o.sf, "encoding/json does not encode %s in %s: %s; move the intent tag to the field that encoding/json encodes, or give the fields different JSON names",
-			fieldPath(t, o.index), t, view.whyDropped(t, o))
 	}
-	return nil
+	if len(dropped) == 0 {
+		return nil
+	}
+	// Explain the copy of the field that encoding/json considers, where the tag has one: the others
+	// are copies it never reads, because it reads the struct that declares them elsewhere.
+	o := dropped[0]
+	if i := slices.IndexFunc(dropped, view.considers); i >= 0 {
+		o = dropped[i]
+	}
+	return tagError(o.owner, o.sf, "encoding/json does not encode %s in %s: %s; move the intent tag to the field that encoding/json encodes, or give the fields different JSON names",
+		fieldPath(t, o.index), t, view.whyDropped(t, o))
+}
+
+// considers reports whether encoding/json considers the field at o.index, before it drops any.
+func (view jsonView) considers(o intentOccurrence) bool {
+	if ft, promoted := promotedStruct(o.sf); promoted {
+		return slices.Equal(view.explored[ft], o.index)
+	}
+	return slices.ContainsFunc(view.candidates, func(f visibleField) bool { return slices.Equal(f.index, o.index) })
+}
+
+// promotedStruct returns the struct type that the embedded field sf promotes into its object, by
+// encoding/json's rules (which ignore a json tag name they do not accept).
+func promotedStruct(sf reflect.StructField) (reflect.Type, bool) {
+	ft := sf.Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	return ft, sf.Anonymous && ft.Kind() == reflect.Struct && !validJSONName(name)
 }
 
 // whyDropped says why encoding/json encodes nothing of the tagged field o in object t.
 func (view jsonView) whyDropped(t reflect.Type, o intentOccurrence) string {
-	ft := o.sf.Type
-	if ft.Kind() == reflect.Pointer {
-		ft = ft.Elem()
-	}
-	name, _, _ := strings.Cut(o.sf.Tag.Get("json"), ",")
-	if !o.sf.Anonymous || ft.Kind() != reflect.Struct || validJSONName(name) {
-		if !validJSONName(name) {
-			name = o.sf.Name
+	ft, promoted := promotedStruct(o.sf)
+	if !promoted {
+		name, _, _ := strings.Cut(o.sf.Tag.Get("json"), ",")
+		f := visibleField{name: name, tagged: validJSONName(name), index: o.index}
+		if !f.tagged {
+			f.name = o.sf.Name
 		}
-		return fmt.Sprintf("its JSON name is %q, and %s", name, view.whyNameDropped(t, o.index, name))
+		return fmt.Sprintf("its JSON name is %q, and %s", f.name, view.whyNameDropped(t, f))
 	}
-	// An embedded struct whose fields encoding/json promotes.
-	at, read := view.explored[ft]
+	// An embedded struct whose fields encoding/json promotes. It reads every struct type that the
+	// plan reaches, so explored has ft.
+	at := view.explored[ft]
 	switch {
-	case !read:
-		return fmt.Sprintf("it is an embedded struct that encoding/json does not read in %s", t)
 	case view.repeated[ft] && len(at) == len(o.index):
 		return fmt.Sprintf("it is an embedded struct, and %s is promoted into %s more than once at this depth (encoding/json reads it through %s), so encoding/json drops all its fields", ft, t, fieldPath(t, at))
 	case !slices.Equal(at, o.index):
@@ -258,44 +283,41 @@ func (view jsonView) whyNoneOf(t reflect.Type, index []int) string {
 	for _, c := range view.candidates {
 		if len(c.index) > len(index) && slices.Equal(c.index[:len(index)], index) {
 			return fmt.Sprintf("encoding/json encodes none of the fields promoted through %s (%s, for one, has the JSON name %q, and %s)",
-				fieldPath(t, index), fieldPath(t, c.index), c.name, view.whyNameDropped(t, c.index, c.name))
+				fieldPath(t, index), fieldPath(t, c.index), c.name, view.whyNameDropped(t, c))
 		}
 	}
 	return fmt.Sprintf("%s promotes no field that encoding/json encodes", fieldPath(t, index))
 }
 
-// whyNameDropped says why encoding/json does not encode the field at index, of JSON name name.
-func (view jsonView) whyNameDropped(t reflect.Type, index []int, name string) string {
-	if i := slices.IndexFunc(view.encoded, func(f visibleField) bool { return f.name == name }); i >= 0 {
+// whyNameDropped says why encoding/json does not encode the field f, which the plan reaches and
+// which is either among the candidates or a copy of one of its own name at the same or a
+// shallower depth.
+func (view jsonView) whyNameDropped(t reflect.Type, f visibleField) string {
+	if i := slices.IndexFunc(view.encoded, func(w visibleField) bool { return w.name == f.name }); i >= 0 {
 		w := view.encoded[i]
-		switch {
-		case len(w.index) < len(index):
+		if len(w.index) < len(f.index) {
 			return fmt.Sprintf("the shallower field %s, which encoding/json encodes under that name, shadows it", fieldPath(t, w.index))
-		case len(w.index) == len(index) && w.tagged:
-			return fmt.Sprintf("%s, at the same depth, has that name from a json tag and this field does not, so encoding/json encodes %s instead", fieldPath(t, w.index), fieldPath(t, w.index))
 		}
-		return fmt.Sprintf("encoding/json encodes %s under that name instead", fieldPath(t, w.index))
+		// At the same depth, w won only by its json tag name; f has none.
+		return fmt.Sprintf("%s, at the same depth, has that name from a json tag and this field does not, so encoding/json encodes %s instead", fieldPath(t, w.index), fieldPath(t, w.index))
 	}
-	var same []visibleField
+	same := []visibleField{f}
 	for _, c := range view.candidates {
-		if c.name == name {
+		if c.name == f.name {
 			same = append(same, c)
 		}
-	}
-	if len(same) == 0 {
-		return "encoding/json does not encode it"
 	}
 	slices.SortStableFunc(same, compareDominance)
 	var others []string
 	for _, c := range same {
-		if compareDominance(c, same[0]) == 0 && !slices.Equal(c.index, index) && !slices.Contains(others, fieldPath(t, c.index)) {
+		if compareDominance(c, same[0]) == 0 && !slices.Equal(c.index, f.index) && !slices.Contains(others, fieldPath(t, c.index)) {
 			others = append(others, fieldPath(t, c.index))
 		}
 	}
 	switch {
 	case len(others) == 0:
 		return fmt.Sprintf("the struct that declares it is promoted into %s more than once at the same depth, so encoding/json drops every copy of the field", t)
-	case len(same[0].index) < len(index):
+	case len(same[0].index) < len(f.index):
 		return fmt.Sprintf("the shallower fields %s, which have that name too, shadow it (and conflict with each other, so encoding/json drops them all)", strings.Join(others, " and "))
 	}
 	return fmt.Sprintf("it is in conflict with %s, which has that name at the same depth, so encoding/json drops both", strings.Join(others, " and "))

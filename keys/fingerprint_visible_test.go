@@ -2,6 +2,7 @@ package keys
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -73,7 +74,64 @@ type (
 		By string `tempotent:"intent"`
 		At int
 	}
-	viaC    struct{ intentAudit }
+	viaC struct{ intentAudit }
+	viaD struct{ intentAudit }
+	// leafPromotedTwice promotes intentAudit through viaC and viaD at one depth: By conflicts
+	// with its own copy.
+	leafPromotedTwice struct {
+		viaC
+		viaD
+	}
+	// shadowedByConflict: the depth-2 Amounts conflict, and shadow the depth-3 one.
+	deepAmount         struct{ refundDetails }
+	shadowedByConflict struct {
+		conflictLeft2
+		conflictRight
+		deepAmount
+	}
+	conflictLeft2 struct{ Amount int }
+	// embeddingAllShadowed: every field Audit promotes is shadowed.
+	embeddingAllShadowed struct {
+		Audit `tempotent:"intent"`
+		By    string
+		At    time.Time
+	}
+	// readElsewhereAllShadowed: Audit is read at depth 1 and its fields are shadowed there too.
+	readElsewhereAllShadowed struct {
+		Audit
+		viaB
+		By string
+		At time.Time
+	}
+	// prunedFirst reaches conflictLeft.Amount first through viaLeft, a copy encoding/json never
+	// reads; the error explains the copy it reads, at depth 1.
+	viaLeft     struct{ conflictLeft }
+	prunedFirst struct {
+		viaLeft
+		conflictLeft
+		conflictRight
+	}
+	// invalidName's json tag name is one encoding/json does not accept, so the field keeps its
+	// Go name, Amount, and conflicts with conflictLeft.Amount.
+	invalidName struct {
+		Amount int `json:"amo'unt"`
+	}
+	invalidNameConflict struct {
+		conflictLeft
+		invalidName
+	}
+	onlyUnexported struct{ n int }
+	// embeddingOfNothing promotes no field at all.
+	embeddingOfNothing struct {
+		onlyUnexported `tempotent:"intent"`
+		Amount         int
+	}
+	// embeddedPointerToUnexported is valid: encoding/json encodes the fields promoted from an
+	// embedded pointer to an unexported struct.
+	embeddedPointerToUnexported struct {
+		*refundDetails `tempotent:"intent"`
+		Order          string
+	}
 	diamond struct {
 		intentAudit
 		viaC
@@ -98,6 +156,13 @@ func TestIntentTagOnAFieldJSONDropsIsRefused(t *testing.T) {
 		{"JSONNameWinsAtSameDepth", namedWins{}, []string{"namedWinsLeft.Amount", "keys.namedWins.namedWinsRight.Total", "json tag"}},
 		{"EmbeddingPromotedTwice", embeddedTwice{}, []string{"viaB.Audit", "embedded struct", "more than once at this depth", "keys.embeddedTwice.viaA.Audit"}},
 		{"EmbeddingPromotedShallower", promotedShallower{}, []string{"viaB.Audit", "embedded struct", "once per object, through keys.promotedShallower.Audit,"}},
+		{"LeafPromotedTwice", leafPromotedTwice{}, []string{"intentAudit.By", "more than once at the same depth", "drops every copy"}},
+		{"ShadowedByConflictingShallower", shadowedByConflict{}, []string{"refundDetails.Amount", "keys.shadowedByConflict.conflictLeft2.Amount and keys.shadowedByConflict.conflictRight.Amount", "shadow it"}},
+		{"EmbeddingAllShadowed", embeddingAllShadowed{}, []string{"keys.embeddingAllShadowed.Audit", "none of the fields promoted through keys.embeddingAllShadowed.Audit", "keys.embeddingAllShadowed.Audit.By", "shallower field keys.embeddingAllShadowed.By"}},
+		{"EmbeddingReadElsewhereAllShadowed", readElsewhereAllShadowed{}, []string{"keys.viaB.Audit", "through keys.readElsewhereAllShadowed.Audit,", "none of the fields promoted through keys.readElsewhereAllShadowed.Audit"}},
+		{"EmbeddingOfNothing", embeddingOfNothing{}, []string{"keys.embeddingOfNothing.onlyUnexported", "promotes no field that encoding/json encodes"}},
+		{"ExplainsTheCopyJSONReads", prunedFirst{}, []string{"does not encode keys.prunedFirst.conflictLeft.Amount in", "in conflict with keys.prunedFirst.conflictRight.Amount"}},
+		{"InvalidJSONNameIsIgnored", invalidNameConflict{}, []string{"conflictLeft.Amount", "in conflict with keys.invalidNameConflict.invalidName.Amount"}},
 		{"BehindNilPointer", struct{ R *refund }{}, []string{"refundDetails.Amount", "shadows it"}},
 		{"InSliceElement", []conflicting{}, []string{"conflictLeft.Amount"}},
 	} {
@@ -123,6 +188,15 @@ func TestIntentTagOnAFieldJSONDropsIsRefused(t *testing.T) {
 		require.ErrorIs(t, errSmall, ErrNotCanonicalizable)
 		require.ErrorContains(t, errSmall, "refundDetails.Amount")
 		require.ErrorContains(t, errSmall, "keys.refund.Amount")
+	})
+
+	t.Run("EmbeddedPointerToUnexportedStruct", func(t *testing.T) {
+		t.Parallel()
+		a, err := FingerprintOf(embeddedPointerToUnexported{&refundDetails{Amount: 100, Reason: "a"}, "o"})
+		require.NoError(t, err)
+		b, err := FingerprintOf(embeddedPointerToUnexported{&refundDetails{Amount: 400, Reason: "a"}, "o"})
+		require.NoError(t, err)
+		require.False(t, a.Matches(b), "Amount counts")
 	})
 
 	t.Run("EncodedCopyHonoursTheTag", func(t *testing.T) {
