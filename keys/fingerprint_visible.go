@@ -26,11 +26,11 @@ type visibleField struct {
 }
 
 // encodedFields returns the fields encoding/json considers for struct t and those it encodes,
-// following encoding/json's typeFields step by step: embedded structs without a
-// JSON name are explored breadth first, a struct type already explored at an earlier or the same
-// depth is not explored again, the fields of a struct type embedded more than once at one depth
-// are recorded twice (so that they conflict), and of the fields of one name the shallowest wins,
-// one with a json name tag before one without, and two that tie are both dropped.
+// following encoding/json's typeFields step by step: embedded structs without a JSON name are
+// explored breadth first, a struct type already explored at an earlier or the same depth is not
+// explored again, the fields of a struct type embedded more than once at one depth are recorded
+// twice (so that they conflict), and of the fields of one name the shallowest wins, one with a
+// json name tag before one without, and two that tie are both dropped.
 func encodedFields(t reflect.Type) jsonView {
 	type queued struct {
 		typ   reflect.Type
