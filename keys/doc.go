@@ -99,7 +99,9 @@
 //   - A nil slice or map is the same request as an empty one, unless the field is tagged
 //     `tempotent:"keepnil"`.
 //
-// An unknown option is an error, never ignored. A fingerprint carries the version of the way the
+// An unknown option is an error, never ignored; so is intent on a field that encoding/json does
+// not encode (unexported, json:"-", or a promoted field that another of the same JSON name
+// shadows or conflicts with), which would leave out the field it does encode. A fingerprint carries the version of the way the
 // request became JSON (FingerprintVersion): 1 when the tags and the nil rule made no difference, 2
 // when they did. Compare a request's fingerprint with a stored one with Fingerprint.Matches, and
 // with one recorded under another version by recomputing it with FingerprintAt. Receipts recorded

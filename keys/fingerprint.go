@@ -50,7 +50,8 @@ const FingerprintVersion = 2
 // repeated member name, a string or member name with an unpaired surrogate escape (such as
 // "\ud800"), a number whose exponent is beyond the int32 range (written or canonical), a Go
 // value that encoding/json cannot encode or that contains itself, or a tempotent struct tag that
-// cannot be honoured (an unknown option; the message names the field and the option).
+// cannot be honoured (an unknown option, or intent on a field that encoding/json does not encode;
+// the message names the field and says why).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
@@ -126,8 +127,14 @@ func FingerprintJSON(raw []byte) (Fingerprint, error) {
 // The result has Version 1 when the tags and the nil rule changed nothing in the canonical form
 // (a struct without tags, nil slices or nil maps), and Version 2 otherwise; see
 // FingerprintVersion. An unknown tag option, or intent on a field that encoding/json does not
-// encode, is an error that names the field; so is a value that encoding/json cannot encode (a
-// channel, a func) or that contains itself. All wrap ErrNotCanonicalizable. Note that
+// encode, is an error that names the field and says why; so is a value that encoding/json cannot
+// encode (a channel, a func) or that contains itself. All wrap ErrNotCanonicalizable. A field
+// encoding/json does not encode is unexported, tagged json:"-", or a promoted field that it drops:
+// one shadowed by a shallower field of the same JSON name, or outranked at the same depth by one
+// whose name comes from a json tag, or in conflict with another at the same depth (it drops both).
+// An embedded struct tagged intent must promote a field that encoding/json encodes. Such a tag
+// would otherwise leave out every field that is not tagged intent, including the one encoding/json
+// writes under that name, so requests that differ in it would share a fingerprint. Note that
 // encoding/json replaces invalid UTF-8 in Go strings with U+FFFD before the fingerprint sees it;
 // pass such data as []byte, which is encoded as base64.
 func FingerprintOf(v any) (Fingerprint, error) {

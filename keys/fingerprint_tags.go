@@ -132,21 +132,33 @@ func infoOf(t reflect.Type) typeInfo {
 		return info.(typeInfo)
 	}
 	info := typeInfo{marshalsAddressable: t.Kind() != reflect.Pointer && marshals(reflect.PointerTo(t))}
-	seen := make(map[reflect.Type]bool)
-	var visit func(reflect.Type)
-	visit = func(t reflect.Type) {
-		if seen[t] || info.err != nil || marshals(t) {
+	// A struct type is visited once as a JSON object of its own and once as an embedded struct
+	// whose fields encoding/json promotes into another, when it is both.
+	type visited struct {
+		t        reflect.Type
+		promoted bool
+	}
+	seen := make(map[visited]bool)
+	var objects []reflect.Type // the struct types that are JSON objects of their own
+	var visit func(t reflect.Type, promoted bool)
+	visit = func(t reflect.Type, promoted bool) {
+		if seen[visited{t, promoted}] || info.err != nil || marshals(t) {
 			return // a type that marshals itself is a leaf: its own method decides its JSON
 		}
-		seen[t] = true
+		seen[visited{t, promoted}] = true
+		if t.Kind() == reflect.Struct && !promoted {
+			objects = append(objects, t)
+		}
 		switch t.Kind() {
 		case reflect.Interface:
 			info.walk = true
 		case reflect.Slice, reflect.Map:
 			info.walk = true
-			visit(t.Elem())
-		case reflect.Pointer, reflect.Array:
-			visit(t.Elem())
+			visit(t.Elem(), false)
+		case reflect.Pointer:
+			visit(t.Elem(), promoted) // an embedded struct pointer
+		case reflect.Array:
+			visit(t.Elem(), false)
 		case reflect.Struct:
 			fields, err := jsonFields(t)
 			if err != nil {
@@ -155,11 +167,17 @@ func infoOf(t reflect.Type) typeInfo {
 			}
 			for _, f := range fields {
 				info.walk = info.walk || f.opts != fieldOptions{}
-				visit(f.typ)
+				visit(f.typ, f.promoted != nil) // a promoted struct's fields belong to t's object
 			}
 		}
 	}
-	visit(t)
+	visit(t, false)
+	for _, o := range objects {
+		if info.err != nil {
+			break
+		}
+		info.err = checkIntentEncoded(o)
+	}
 	actual, _ := typeInfos.LoadOrStore(t, info)
 	return actual.(typeInfo)
 }
@@ -191,6 +209,9 @@ var structPlans sync.Map // reflect.Type → *structPlan
 func planOf(t reflect.Type) (*structPlan, error) {
 	if p, ok := structPlans.Load(t); ok {
 		return p.(*structPlan), nil
+	}
+	if err := checkIntentEncoded(t); err != nil {
+		return nil, err
 	}
 	path := []reflect.Type{t}
 	p, err := buildPlan(t, hasIntent(t, path), path)
