@@ -50,8 +50,9 @@ const FingerprintVersion = 2
 // repeated member name, a string or member name with an unpaired surrogate escape (such as
 // "\ud800"), a number whose exponent is beyond the int32 range (written or canonical), a Go
 // value that encoding/json cannot encode or that contains itself, or a tempotent struct tag that
-// cannot be honoured (an unknown option, or intent on a field that encoding/json does not encode;
-// the message names the field and says why).
+// cannot be honoured (an unknown option, intent on a field that encoding/json does not encode, or
+// intent on an embedded struct whose field encoding/json drops for one the intent leaves out; the
+// message names the field and says why).
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
@@ -134,9 +135,14 @@ func FingerprintJSON(raw []byte) (Fingerprint, error) {
 // whose name comes from a json tag, or in conflict with another at the same depth (it drops both).
 // An embedded struct tagged intent must promote a field that encoding/json encodes. Such a tag
 // would otherwise leave out every field that is not tagged intent, including the one encoding/json
-// writes under that name, so requests that differ in it would share a fingerprint. Note that
-// encoding/json replaces invalid UTF-8 in Go strings with U+FFFD before the fingerprint sees it;
-// pass such data as []byte, which is encoded as base64.
+// writes under that name, so requests that differ in it would share a fingerprint. For the same
+// reason, when encoding/json drops a field that an embedded struct tagged intent brings into the
+// intent (at any depth) and writes under its name a field that is not part of the intent, the
+// tag is an error: with Base tagged intent and an untagged Amount beside it, Base.Amount is
+// shadowed and Amount left out. Tag the field that encoding/json writes intent too, or rename one
+// of them. A field dropped because fields of its name conflict at one depth, so that the JSON has
+// none, is accepted. Note that encoding/json replaces invalid UTF-8 in Go strings with U+FFFD
+// before the fingerprint sees it; pass such data as []byte, which is encoded as base64.
 func FingerprintOf(v any) (Fingerprint, error) {
 	return fingerprintV2(v)
 }

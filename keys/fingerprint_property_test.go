@@ -326,9 +326,10 @@ func under(path, prefix []int) bool {
 }
 
 // probeVisible returns the fields of object t (by their index in fields) that encoding/json
-// encodes: it sets each field that is not promoted to a distinct marker number (a nested
-// struct's marker field, field 0, for a nested struct) and looks for the markers in the JSON.
-func probeVisible(t reflect.Type, fields []modelField) map[int]bool {
+// encodes, each with the name of the member of t's JSON object that holds it: it sets each field
+// that is not promoted to a distinct marker number (a nested struct's marker field, field 0, for a
+// nested struct) and looks for the markers in the JSON.
+func probeVisible(t reflect.Type, fields []modelField) map[int]string {
 	v := reflect.New(t).Elem()
 	markers := map[int64]int{}
 	for i, f := range fields {
@@ -355,37 +356,39 @@ func probeVisible(t reflect.Type, fields []modelField) map[int]bool {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var doc any
+	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil {
 		panic(err)
 	}
-	visible := map[int]bool{}
-	var find func(any)
-	find = func(x any) {
+	visible := map[int]string{}
+	var find func(member string, x any)
+	find = func(member string, x any) {
 		switch x := x.(type) {
 		case map[string]any:
 			for _, e := range x {
-				find(e)
+				find(member, e)
 			}
 		case []any:
 			for _, e := range x {
-				find(e)
+				find(member, e)
 			}
 		case json.Number:
 			if n, err := x.Int64(); err == nil {
 				if i, ok := markers[n]; ok {
-					visible[i] = true
+					visible[i] = member
 				}
 			}
 		case string:
 			if n, err := strconv.ParseInt(x, 10, 64); err == nil {
 				if i, ok := markers[n]; ok {
-					visible[i] = true
+					visible[i] = member
 				}
 			}
 		}
 	}
-	find(doc)
+	for member, x := range doc {
+		find(member, x)
+	}
 	return visible
 }
 
@@ -410,7 +413,11 @@ func setMarker(v reflect.Value, m int64) {
 // modelRefuses reports whether FingerprintOf must refuse t: whether a JSON object in it (t, or a
 // struct in one of its fields that encoding/json sees, at any depth) has an intent tag, not
 // inside an embedded struct tagged "-", on a field that encoding/json encodes along none of the
-// paths that promote it. An embedded struct's tag needs one of its promoted fields encoded.
+// paths that promote it (an embedded struct's tag needs one of its promoted fields encoded), or
+// whether a field that an intent tag brings into the intent (its own, or one on an embedded struct
+// that promotes it) is dropped by encoding/json and the field that encoding/json writes under its
+// name is not part of the intent. A field dropped with no other written under its name (all the
+// fields of that name conflict) is no reason to refuse: the JSON has nothing there to leave out.
 func modelRefuses(t reflect.Type) (bool, string) {
 	seen := map[reflect.Type]bool{}
 	var check func(t reflect.Type) (bool, string)
@@ -437,7 +444,7 @@ func modelRefuses(t reflect.Type) (bool, string) {
 			}
 			k := key{f.owner, f.sf.Index[0]}
 			for j, g := range fields {
-				if visible[j] && under(g.path, f.path) {
+				if _, ok := visible[j]; ok && under(g.path, f.path) {
 					honoured[k] = true
 				}
 			}
@@ -448,6 +455,23 @@ func modelRefuses(t reflect.Type) (bool, string) {
 		for k, ok := range honoured {
 			if !ok {
 				return true, fmt.Sprintf("%s.%s, in %s, is tagged intent and not encoded", k.owner, k.owner.Field(k.field).Name, t)
+			}
+		}
+		counted := func(f modelField) bool { return (f.intent || f.inIntent) && !f.exclude && !f.inExclude }
+		for i, f := range fields {
+			_, isStruct := structOf(f.sf.Type)
+			name, skip := jsonName(f.sf)
+			if _, ok := visible[i]; ok || f.promoted || !counted(f) || skip || !f.sf.IsExported() && !(f.sf.Anonymous && isStruct) {
+				continue
+			}
+			if name == "" {
+				name = f.sf.Name
+			}
+			for j, member := range visible {
+				if member == name && !counted(fields[j]) {
+					return true, fmt.Sprintf("%s.%s, in %s, is in the intent and dropped, and %s.%s, which encoding/json writes as %q instead, is not in the intent",
+						f.owner, f.sf.Name, t, fields[j].owner, fields[j].sf.Name, name)
+				}
 			}
 		}
 		for _, f := range fields {

@@ -15,7 +15,9 @@ import (
 // encoding/json drops both. An intent tag on such a field would still put the object in intent
 // mode, which leaves out every field that is not tagged intent, including the one encoding/json
 // writes under that name: requests that differ in it, such as refunds of 100 and 400 for one
-// order, would share a fingerprint.
+// order, would share a fingerprint. The same goes for a field that an intent tag on an embedded
+// struct brings into the intent: when encoding/json drops it and writes, under its name, a field
+// that the intent leaves out.
 
 // visibleField is a field as encoding/json's typeFields records it: its JSON name, whether a json
 // tag gave the name, and the index path from the object's struct type.
@@ -168,30 +170,70 @@ type intentOccurrence struct {
 	index []int
 }
 
+// coveredField is a field that is part of its object's intent, as the plan reaches it: tagged
+// intent itself, or promoted through an embedded struct tagged intent (by, the nearest such
+// embedding; nil when only the field's own tag puts it in the intent).
+type coveredField struct {
+	intentOccurrence
+	by *intentOccurrence
+}
+
 // checkIntentEncoded refuses an intent tag, among the fields of struct t as a JSON object and
-// those promoted into it, on a field that encoding/json does not encode in the object: a field it
-// drops, or an embedded struct none of whose promoted fields it encodes. A struct type can be
-// promoted into an object along more than one path; its tag is honoured when the field is encoded
-// along one of them. Tag errors of other kinds are left to infoOf.
+// those promoted into it, that the fingerprint cannot honour as the JSON shows it:
+//
+//   - A tag on a field that encoding/json does not encode in the object: a field it drops, or an
+//     embedded struct none of whose promoted fields it encodes. A struct type can be promoted into
+//     an object along more than one path; its tag is honoured when the field is encoded along one
+//     of them.
+//   - A tag on an embedded struct, at any depth, that brings into the intent a field that
+//     encoding/json drops, when the field encoding/json writes under that field's JSON name (which
+//     shadows it, outranks it by a json tag name, or is the copy of a struct type that it reads
+//     through another embedding) is not part of the intent. The intent leaves out what the JSON
+//     shows under that name: with Base tagged intent and a shallower, untagged Amount beside it,
+//     refunds of 100 and 400 for one order would share a fingerprint although the user asked for
+//     Base.Amount to count.
+//
+// A dropped field of the intent is accepted when the field written under its name is part of
+// the intent too (the fingerprint covers what the JSON shows), and when encoding/json writes no
+// field under that name because the fields that have it conflict at the same depth and it drops
+// them all: the JSON then holds nothing there, so two requests that differ only in those fields
+// are sent as the same JSON, and the activity, which reads the request from that JSON, cannot
+// tell them apart either. Refusing that would refuse structs whose fingerprints are faithful to
+// their JSON and already stored. A field tagged intent directly is never refused by the second
+// rule: the first one requires it encoded along some path, and that copy is the one written under
+// its name. Tag errors of other kinds are left to infoOf.
+//
+// The check follows encoding/json's rules (see encodedFields) and the documented meaning of the
+// tags, independently of buildPlan, so that it also guards the plan.
 func checkIntentEncoded(t reflect.Type) error {
 	var tags []intentOccurrence
-	var walk func(s reflect.Type, index []int, path []reflect.Type)
-	walk = func(s reflect.Type, index []int, path []reflect.Type) {
+	var covered []coveredField
+	var walk func(s reflect.Type, index []int, path []reflect.Type, by *intentOccurrence)
+	walk = func(s reflect.Type, index []int, path []reflect.Type, by *intentOccurrence) {
 		fields, _ := jsonFields(s)
 		for _, f := range fields {
 			if f.opts.exclude {
 				continue // its fields are left out, and its tags do not apply
 			}
-			at := append(slices.Clone(index), f.index)
+			o := intentOccurrence{owner: s, sf: s.Field(f.index), index: append(slices.Clone(index), f.index)}
 			if f.opts.intent {
-				tags = append(tags, intentOccurrence{owner: s, sf: s.Field(f.index), index: at})
+				tags = append(tags, o)
 			}
-			if f.promoted != nil && !slices.Contains(path, f.promoted) {
-				walk(f.promoted, at, append(path, f.promoted))
+			switch {
+			case f.promoted == nil:
+				if f.opts.intent || by != nil {
+					covered = append(covered, coveredField{o, by})
+				}
+			case !slices.Contains(path, f.promoted):
+				sub := by
+				if f.opts.intent {
+					sub = &o
+				}
+				walk(f.promoted, o.index, append(path, f.promoted), sub)
 			}
 		}
 	}
-	walk(t, nil, []reflect.Type{t})
+	walk(t, nil, []reflect.Type{t}, nil)
 	if len(tags) == 0 {
 		return nil
 	}
@@ -212,7 +254,7 @@ func checkIntentEncoded(t reflect.Type) error {
 		}
 	}
 	if len(dropped) == 0 {
-		return nil
+		return view.checkCoveredWritten(t, covered)
 	}
 	// Explain the copy of the field that encoding/json considers, where the tag has one: the others
 	// are copies it never reads, because it reads the struct that declares them elsewhere.
@@ -222,6 +264,114 @@ func checkIntentEncoded(t reflect.Type) error {
 	}
 	return tagError(o.owner, o.sf, "encoding/json does not encode %s in %s: %s; move the intent tag to the field that encoding/json encodes, or give the fields different JSON names",
 		fieldPath(t, o.index), t, view.whyDropped(t, o))
+}
+
+// checkCoveredWritten refuses a field of the intent that encoding/json drops in object t when the
+// field it writes under that name instead is not part of the intent (see checkIntentEncoded).
+func (view jsonView) checkCoveredWritten(t reflect.Type, covered []coveredField) error {
+	var refused []coveredField
+	var winners []visibleField
+	for _, c := range covered {
+		if slices.ContainsFunc(view.encoded, func(f visibleField) bool { return slices.Equal(f.index, c.index) }) {
+			continue
+		}
+		name := jsonNameOf(c.sf)
+		i := slices.IndexFunc(view.encoded, func(f visibleField) bool { return f.name == name })
+		if i < 0 {
+			continue // the fields of that name conflict, and the JSON holds none of them
+		}
+		if w := view.encoded[i]; !inIntent(t, w.index) {
+			refused = append(refused, c)
+			winners = append(winners, w)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	// Explain a copy of the field that encoding/json considers, where there is one.
+	i := max(0, slices.IndexFunc(refused, func(c coveredField) bool { return view.considers(c.intentOccurrence) }))
+	c, w := refused[i], winners[i]
+	tag := c.intentOccurrence
+	if c.by != nil {
+		tag = *c.by
+	}
+	todo := fmt.Sprintf("tag %s %s:\"intent\"", fieldPath(t, w.index), tagKey)
+	if leftOut(t, w.index) {
+		todo += " (and remove the \"-\" that leaves it out)"
+	}
+	return tagError(tag.owner, tag.sf, "it brings %s into the intent, but encoding/json does not encode that field in %s: %s; %s is not part of the intent, so requests that differ in it would share a fingerprint; %s, or give the fields different JSON names",
+		fieldPath(t, c.index), t, view.whyCoveredDropped(t, c.intentOccurrence, w), fieldPath(t, w.index), todo)
+}
+
+// whyCoveredDropped says why encoding/json encodes w, and not the field o of the intent, under
+// their JSON name in object t.
+func (view jsonView) whyCoveredDropped(t reflect.Type, o intentOccurrence, w visibleField) string {
+	if view.considers(o) {
+		return fmt.Sprintf("its JSON name is %q, and %s", w.name, view.whyNameDropped(t, visibleField{name: w.name, tagged: jsonNameTagged(o.sf), index: o.index}))
+	}
+	// encoding/json reads a struct type on o's path through another embedding.
+	for n := 1; n < len(o.index); n++ {
+		ft, promoted := promotedStruct(fieldAt(t, o.index[:n]))
+		if at, ok := view.explored[ft]; promoted && ok && !slices.Equal(at, o.index[:n]) {
+			return fmt.Sprintf("its JSON name is %q, and encoding/json reads the fields of %s once per object, through %s, not through %s",
+				w.name, ft, fieldPath(t, at), fieldPath(t, o.index[:n]))
+		}
+	}
+	return fmt.Sprintf("its JSON name is %q, and encoding/json encodes another field under it", w.name)
+}
+
+// jsonNameTagged reports whether a json tag names the field sf, as encoding/json sees it.
+func jsonNameTagged(sf reflect.StructField) bool {
+	name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	return validJSONName(name)
+}
+
+// jsonNameOf returns the name under which encoding/json writes the field sf that it does not
+// promote from: its json tag name when encoding/json accepts it, its Go name otherwise.
+func jsonNameOf(sf reflect.StructField) string {
+	if !jsonNameTagged(sf) {
+		return sf.Name
+	}
+	name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	return name
+}
+
+// fieldAt returns the field at index in struct t, through embedded pointers.
+func fieldAt(t reflect.Type, index []int) reflect.StructField {
+	var sf reflect.StructField
+	for _, i := range index {
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		sf = t.Field(i)
+		t = sf.Type
+	}
+	return sf
+}
+
+// inIntent reports whether the documented rules count the field at index in object t, which is
+// in intent mode: it or an embedded struct on its path is tagged intent, and none is tagged "-".
+func inIntent(t reflect.Type, index []int) bool {
+	intent := false
+	for n := 1; n <= len(index); n++ {
+		opts, _ := parseTag(t, fieldAt(t, index[:n])) // tag errors are infoOf's
+		if opts.exclude {
+			return false
+		}
+		intent = intent || opts.intent
+	}
+	return intent
+}
+
+// leftOut reports whether the field at index in object t, or an embedded struct on its path, is
+// tagged "-".
+func leftOut(t reflect.Type, index []int) bool {
+	for n := 1; n <= len(index); n++ {
+		if opts, _ := parseTag(t, fieldAt(t, index[:n])); opts.exclude {
+			return true
+		}
+	}
+	return false
 }
 
 // considers reports whether encoding/json considers the field at o.index, before it drops any.

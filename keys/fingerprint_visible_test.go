@@ -137,6 +137,71 @@ type (
 		viaC
 		Amount int
 	}
+	// orderBase has no tags: the embeddings below bring it into an intent.
+	orderBase struct {
+		Order  string
+		Amount int
+	}
+	// baseRefund's intent tag on orderBase covers orderBase.Amount, which the shallower
+	// baseRefund.Amount shadows; baseRefund.Amount is not part of the intent.
+	baseRefund struct {
+		orderBase `tempotent:"intent"`
+		Amount    int
+	}
+	// baseRefundIntentWins is valid: the field that encoding/json writes as Amount is part of
+	// the intent.
+	baseRefundIntentWins struct {
+		orderBase `tempotent:"intent"`
+		Amount    int `tempotent:"intent"`
+	}
+	// intentOrderBase is an intent embedding one level down: in deepBaseRefund, orderBase.Amount
+	// is at depth 3 and shadowed by deepBaseRefund.Amount.
+	intentOrderBase struct {
+		orderBase `tempotent:"intent"`
+		Note      string
+	}
+	deepBaseRefund struct {
+		intentOrderBase
+		Amount int
+	}
+	// wrappedOrderBase is tagged intent where it is embedded, in wrappedBaseRefund, and covers
+	// orderBase two levels down.
+	wrappedOrderBase  struct{ orderBase }
+	wrappedBaseRefund struct {
+		wrappedOrderBase `tempotent:"intent"`
+		Amount           int
+	}
+	// baseRefundExcluded's Amount is left out explicitly, and shadows the Amount the intent covers.
+	baseRefundExcluded struct {
+		orderBase `tempotent:"intent"`
+		Amount    int `tempotent:"-"`
+	}
+	// namedAmount's Total is named Amount by a json tag: at the same depth as orderBase.Amount, it
+	// wins.
+	namedAmount struct {
+		Total int `json:"Amount"`
+	}
+	baseRefundOutranked struct {
+		orderBase `tempotent:"intent"`
+		namedAmount
+	}
+	// intentViaNote brings orderBase into the intent, but encoding/json reads orderBase once per
+	// object: in baseReadElsewhere, through the untagged baseReadElsewhere.orderBase.
+	intentViaNote struct {
+		orderBase
+		Note string
+	}
+	baseReadElsewhere struct {
+		orderBase
+		intentViaNote `tempotent:"intent"`
+	}
+	// amountOnly's Amount conflicts with orderBase.Amount in baseRefundConflict: encoding/json
+	// drops both, so no Amount is in the JSON, and the fingerprint misses nothing the JSON has.
+	amountOnly         struct{ Amount int }
+	baseRefundConflict struct {
+		orderBase `tempotent:"intent"`
+		amountOnly
+	}
 )
 
 // TestIntentTagOnAFieldJSONDropsIsRefused checks that an intent tag on a promoted field that
@@ -165,6 +230,11 @@ func TestIntentTagOnAFieldJSONDropsIsRefused(t *testing.T) {
 		{"InvalidJSONNameIsIgnored", invalidNameConflict{}, []string{"conflictLeft.Amount", "in conflict with keys.invalidNameConflict.invalidName.Amount"}},
 		{"BehindNilPointer", struct{ R *refund }{}, []string{"refundDetails.Amount", "shadows it"}},
 		{"InSliceElement", []conflicting{}, []string{"conflictLeft.Amount"}},
+		{"IntentEmbeddingOneLevelDown", deepBaseRefund{Amount: 100}, []string{"field keys.intentOrderBase.orderBase has tag", "keys.deepBaseRefund.intentOrderBase.orderBase.Amount", "shallower field keys.deepBaseRefund.Amount", "tag keys.deepBaseRefund.Amount"}},
+		{"IntentEmbeddingCoversTwoLevelsDown", wrappedBaseRefund{Amount: 100}, []string{"field keys.wrappedBaseRefund.wrappedOrderBase has tag", "keys.wrappedBaseRefund.wrappedOrderBase.orderBase.Amount", "shallower field keys.wrappedBaseRefund.Amount"}},
+		{"WinnerLeftOut", baseRefundExcluded{Amount: 100}, []string{"keys.baseRefundExcluded.orderBase.Amount", "keys.baseRefundExcluded.Amount", "not part of the intent"}},
+		{"WinnerByJSONName", baseRefundOutranked{}, []string{"keys.baseRefundOutranked.orderBase.Amount", "keys.baseRefundOutranked.namedAmount.Total", "json tag", "not part of the intent"}},
+		{"EmbeddingReadElsewhere", baseReadElsewhere{}, []string{"field keys.baseReadElsewhere.intentViaNote has tag", "keys.baseReadElsewhere.intentViaNote.orderBase.Order", "through keys.baseReadElsewhere.orderBase, not through keys.baseReadElsewhere.intentViaNote.orderBase", "not part of the intent"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -188,6 +258,56 @@ func TestIntentTagOnAFieldJSONDropsIsRefused(t *testing.T) {
 		require.ErrorIs(t, errSmall, ErrNotCanonicalizable)
 		require.ErrorContains(t, errSmall, "refundDetails.Amount")
 		require.ErrorContains(t, errSmall, "keys.refund.Amount")
+	})
+
+	t.Run("IntentEmbeddingShadowedByNonIntent", func(t *testing.T) {
+		t.Parallel()
+		// encoding/json writes baseRefund.Amount, which the intent leaves out; the tag covers
+		// orderBase.Amount, which encoding/json drops. Two different refunds must not share a
+		// fingerprint.
+		small, errSmall := FingerprintOf(baseRefund{orderBase: orderBase{Order: "o-1"}, Amount: 100})
+		large, errLarge := FingerprintOf(baseRefund{orderBase: orderBase{Order: "o-1"}, Amount: 400})
+		if errSmall == nil && errLarge == nil {
+			require.False(t, small.Matches(large), "refunds of 100 and 400 for one order share the fingerprint %s", small)
+		}
+		require.ErrorIs(t, errSmall, ErrNotCanonicalizable)
+		for _, want := range []string{
+			`field keys.baseRefund.orderBase has tag tempotent:"intent"`, // the embedding
+			"keys.baseRefund.orderBase.Amount",                           // the dropped field
+			"shallower field keys.baseRefund.Amount",                     // the field that wins
+			"not part of the intent",
+			`tag keys.baseRefund.Amount tempotent:"intent"`, "give the fields different JSON names", // what to do
+		} {
+			require.ErrorContains(t, errSmall, want)
+		}
+	})
+
+	t.Run("IntentEmbeddingShadowedByIntent", func(t *testing.T) {
+		t.Parallel()
+		// The field encoding/json writes as Amount is part of the intent: the fingerprint covers
+		// what the JSON shows.
+		small, err := FingerprintOf(baseRefundIntentWins{orderBase: orderBase{Order: "o-1", Amount: 7}, Amount: 100})
+		require.NoError(t, err)
+		large, err := FingerprintOf(baseRefundIntentWins{orderBase: orderBase{Order: "o-1", Amount: 7}, Amount: 400})
+		require.NoError(t, err)
+		other, err := FingerprintOf(baseRefundIntentWins{orderBase: orderBase{Order: "o-2", Amount: 7}, Amount: 100})
+		require.NoError(t, err)
+		require.False(t, small.Matches(large), "Amount counts")
+		require.False(t, small.Matches(other), "Order counts")
+	})
+
+	t.Run("IntentEmbeddingInConflictIsAccepted", func(t *testing.T) {
+		t.Parallel()
+		// encoding/json drops orderBase.Amount and amountOnly.Amount, so the JSON has no Amount and
+		// the fingerprint misses nothing it shows. The struct is accepted, as it was before.
+		a, err := FingerprintOf(baseRefundConflict{orderBase{"o-1", 100}, amountOnly{1}})
+		require.NoError(t, err)
+		b, err := FingerprintOf(baseRefundConflict{orderBase{"o-1", 400}, amountOnly{2}})
+		require.NoError(t, err)
+		c, err := FingerprintOf(baseRefundConflict{orderBase{"o-2", 100}, amountOnly{1}})
+		require.NoError(t, err)
+		require.True(t, a.Matches(b), "encoding/json writes no Amount")
+		require.False(t, a.Matches(c), "Order counts")
 	})
 
 	t.Run("EmbeddedPointerToUnexportedStruct", func(t *testing.T) {
