@@ -114,15 +114,18 @@ type (
 	// invalidName's json tag name is one encoding/json does not accept, so the field keeps its
 	// Go name, Amount, and conflicts with conflictLeft.Amount.
 	invalidName struct {
+		//lint:ignore SA5008 a json name encoding/json refuses, on purpose
 		Amount int `json:"amo'unt"`
 	}
 	invalidNameConflict struct {
 		conflictLeft
 		invalidName
 	}
+	//lint:ignore U1000 a struct with no field encoding/json encodes, on purpose
 	onlyUnexported struct{ n int }
 	// embeddingOfNothing promotes no field at all.
 	embeddingOfNothing struct {
+		//lint:ignore U1000 only its type is read, by reflection
 		onlyUnexported `tempotent:"intent"`
 		Amount         int
 	}
