@@ -160,6 +160,26 @@ func rememberedKeyCharge(url string) func(context.Context, chargeRequest) (charg
 	}
 }
 
+// orderKeyCharge sends the order's ID as its key: every intent of the order (a charge, its
+// retry after a reset, a second charge) shares it.
+func orderKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		return postBody(ctx, url+"/v1/charges", in.Order, in)
+	}
+}
+
+// finalFailureCharge sends its token but makes every failure final: a lost answer becomes a
+// failed charge.
+func finalFailureCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return func(ctx context.Context, in chargeRequest) (charge, error) {
+		c, err := safeCharge(url)(ctx, in)
+		if err != nil {
+			return c, temporal.NewNonRetryableApplicationError(err.Error(), "ChargeFailed", err)
+		}
+		return c, nil
+	}
+}
+
 // runIDKeyCharge builds its idempotency key from the run and activity IDs: stable across the
 // retries of one run, and new after a reset.
 func runIDKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
@@ -299,10 +319,15 @@ var harnessCases = []harnessCase{
 		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
 	{name: "KeyRememberedInMemory", activity: rememberedKeyCharge, dedup: true, declared: true,
 		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1"}},
+	{name: "KeyOfTheOrderID", activity: orderKeyCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathCrashAfterEffect + ": 0 effects for this intent, want 1", activitytest.PathFailAfterEffect + " (500 after the effect): 0 effects, want 1: either the downstream took the request for an earlier intent's"}},
+	{name: "EveryFailureFinal", activity: finalFailureCharge, dedup: true, declared: true,
+		want: []string{activitytest.PathFailAfterEffect + " (500 after the effect): the intent ended in a failure, though its effect happened"}},
 	{name: "KeyOfTheRunID", activity: runIDKeyCharge, dedup: true, declared: true,
 		want: []string{activitytest.PathNewRun + ": 2 effects for one intent, want 1"}},
 	{name: "RequestChangesBetweenAttempts", activity: stampedCharge, dedup: true, declared: true,
-		want: []string{activitytest.PathCrashAfterEffect + ": the attempt that took over failed", "idempotency_error", "the activity's request changes between attempts"}},
+		want: []string{activitytest.PathCrashAfterEffect + ": the attempt that took over failed", "idempotency_error", "the activity's request changes between attempts",
+			activitytest.PathFailAfterEffect + " (500 after the effect): still failing after 6 attempts"}},
 	{name: "EveryFailureNotApplied", activity: notAppliedCharge,
 		want: []string{activitytest.PathFailAfterEffect + " (500 after the effect): 2 effects for one intent, want 1", "mark an error activity.NotApplied only when the downstream says it did nothing"}},
 	// Found by the harness itself: the safe activity, sending with net/http's default client.
@@ -496,6 +521,31 @@ func TestDownstreamComparesTheRequest(t *testing.T) {
 	require.ErrorContains(t, err, "409 Conflict", "a repeat while the first is in flight")
 	wg.Wait()
 	require.Equal(t, 2, d.Effects())
+
+	send := func(path, contentType, body string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL+path, strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		req.Header.Set("Idempotency-Key", path)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("downstream answered %s", resp.Status)
+		}
+		return nil
+	}
+	raw := func(body string) error { return send("/v1/raw", "", body) } // JSON, not labelled so
+	form := func(body string) error { return send("/v1/forms", "application/x-www-form-urlencoded", body) }
+	require.NoError(t, raw(`{"a":1,"b":2}`))
+	require.NoError(t, raw(`{"b":2,"a":1}`), "a JSON body is compared by value whatever its content type")
+	require.NoError(t, form("amount=100&currency=eur"))
+	require.NoError(t, form("currency=eur&amount=100"), "the same form values in another order are the same request")
+	require.ErrorContains(t, form("currency=eur&amount=400"), "400 Bad Request")
+	require.Equal(t, 4, d.Effects())
 
 	lax := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true, AcceptChangedRequests: true})
 	_, err = postBody(ctx, lax.URL+"/v1/charges", "k", map[string]any{"amount": 100})

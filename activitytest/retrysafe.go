@@ -350,7 +350,7 @@ func retryAfterFault[Out any](tb testing.TB, fault Fault, faults Faults, effects
 	n := effects() - before
 	switch {
 	case n == 0 && last.err == nil:
-		tb.Errorf("activitytest: %s: 0 effects, want 1: the request that %s failed after its effect was not counted: give the Faults of the downstream whose effects Effects counts", path, field)
+		tb.Errorf("activitytest: %s: 0 effects, want 1: either the downstream took the request for an earlier intent's (a key shared by intents: send the intent's token, keys.TokenFrom), or %s fails a downstream whose effects are not the ones counted", path, field)
 	case n > 1 && len(errs) == 0:
 		tb.Errorf("activitytest: %s: %d effects for one intent in one attempt, want 1: the request was sent again within the attempt. net/http sends a request that carries an Idempotency-Key again by itself when a reused connection breaks after it was written, which a downstream that does not deduplicate applies twice: send through downstream.Transport, which turns that off, and leave the retry to Temporal", path, n)
 	case n > 1:
