@@ -308,11 +308,25 @@ func TestNewDispatcherRefusesBadConfig(t *testing.T) {
 	o, _ := setup(t, nil)
 	for _, cfg := range []outbox.DispatcherConfig{
 		{Lease: time.Second, PublishTimeout: time.Second},
+		{Lease: 10 * time.Second, PublishTimeout: 9 * time.Second}, // no tenth left to mark the result
 		{BackoffMin: time.Minute, BackoffMax: time.Second},
 		{Batch: -1},
+		{Concurrency: -1},
+		{MaxAttempts: -1},
+		{Lease: 10 * time.Second, PublishTimeout: time.Second, ShutdownGrace: 10*time.Second + 1},
+		{ShutdownGrace: -1},
 	} {
 		_, err := outbox.NewDispatcher(o, newRecorder(), &cfg)
 		require.Error(t, err, "%+v", cfg)
+	}
+	// The bounds themselves are allowed.
+	for _, cfg := range []outbox.DispatcherConfig{
+		{Lease: 10 * time.Second, PublishTimeout: 9*time.Second - 1},
+		{Lease: 10 * time.Second, PublishTimeout: time.Second, ShutdownGrace: 10 * time.Second},
+		{BackoffMin: time.Second, BackoffMax: time.Second},
+	} {
+		_, err := outbox.NewDispatcher(o, newRecorder(), &cfg)
+		require.NoError(t, err, "%+v", cfg)
 	}
 	_, err := outbox.NewDispatcher(o, nil, nil)
 	require.Error(t, err)

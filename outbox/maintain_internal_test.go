@@ -39,3 +39,22 @@ func TestMaintenancePrunesMoreThanOneBatch(t *testing.T) {
 	require.Zero(t, old, "one maintenance round left expired delivered messages")
 	require.Equal(t, 2, kept, "a message within retention, or a pending one, was pruned")
 }
+
+// The defaults the docs promise: a week of retention, ten seconds of shutdown grace (the
+// default publish timeout, half the lease, is longer), and the grace bounded by a shorter
+// publish timeout.
+func TestDefaultsAreTheDocumentedOnes(t *testing.T) {
+	t.Parallel()
+	name := pgtest.Schema(t)
+	o, err := New(pgtest.Pool(t), &Config{Schema: name})
+	require.NoError(t, err)
+	require.Equal(t, 7*24*time.Hour, o.cfg.Retention)
+	pub := PublisherFunc(func(context.Context, Delivery) error { return nil })
+	d, err := NewDispatcher(o, pub, nil)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, d.cfg.ShutdownGrace)
+	require.Equal(t, 15*time.Second, d.cfg.PublishTimeout)
+	d, err = NewDispatcher(o, pub, &DispatcherConfig{PublishTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, d.cfg.ShutdownGrace)
+}
