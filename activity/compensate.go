@@ -60,14 +60,14 @@ func withRunning(ctx context.Context, s *Store, c Call) context.Context {
 //		}
 //	}
 //
-// It must be called in a compensation scheduled by saga.Step (keys.WithCompensation) whose
+// It must be called in a compensation scheduled by saga.Saga.Step (keys.WithCompensation) whose
 // activity runs under a receipt (Register or RegisterTx); elsewhere it returns an error
 // matching ErrNotACompensation.
 func ForwardSettled(ctx context.Context) error {
 	rc, _ := ctx.Value(runningKey{}).(*running)
 	forward, ok := keys.CompensatedKeyFrom(ctx)
 	if rc == nil || !ok {
-		return fmt.Errorf("activity.ForwardSettled: %w: call it in a compensation scheduled by saga.Step (keys.WithCompensation) whose activity runs registered with Register or RegisterTx",
+		return fmt.Errorf("activity.ForwardSettled: %w: call it in a compensation scheduled by saga.Saga.Step (keys.WithCompensation) whose activity runs registered with Register or RegisterTx",
 			ErrNotACompensation)
 	}
 	settle := rc.call.settleTime()

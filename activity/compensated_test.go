@@ -23,7 +23,7 @@ import (
 
 // stepRun is what forwardThenCompensate runs: the activity Forward under the step key Step, with
 // Arg; with Compensate set, then the activity Compensation under keys.WithCompensation, as
-// saga.Step does once the saga compensates.
+// saga.Saga.Step does once the saga compensates.
 type stepRun struct {
 	Step, Forward, Compensation string
 	Arg                         any

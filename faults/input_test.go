@@ -66,7 +66,7 @@ func TestRow07ConcurrentDuplicates(t *testing.T) {
 }
 
 // Row 8: the same key with a different payload is a non-retryable mismatch, and the provider is
-// not called. (Reordered JSON is the same request: keys.Canonicalize and the activity package's
+// not called. (Reordered JSON is the same request: keys' TestCanonicalize and the activity package's
 // tests; a Go struct has no key order to change on the wire.)
 func TestRow08SameKeyDifferentPayload(t *testing.T) {
 	w := newWorld(t, worldOptions{})

@@ -47,7 +47,8 @@
 //     command for the run it starts; the run's own OriginalRunID for a cron run. A retried cron
 //     run cannot name the run it retries (Temporal gives it nothing to), so its activities are
 //     refused a key (ErrNoIdentity) rather than given new ones; key them with WithID or
-//     WithRunScope. See epoch.go for the table of what Temporal gives each kind of run.
+//     WithRunScope. (The comment on the epoch's derivation, in the source of epoch.go, tables
+//     what Temporal gives each kind of run.)
 //   - workflow, in a child workflow: as above, except that the first run's epoch comes from the
 //     parent, whose interceptor writes on the child's start the identity in the parent that an
 //     activity named as the child would get (WithStep, WithID, WithRunScope or the update

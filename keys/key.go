@@ -22,8 +22,8 @@ type Key struct {
 	Operation string
 	// ID identifies the intent within the operation, at most MaxKeyIDLen bytes. The keys this
 	// package derives or builds spell it with a scope tag ("wf:", "run:", "activity:",
-	// "explicit:", "comp:") and escaped parts, so that no two intents share one; see Scope for
-	// what each scope's ID is made of. A Key written by hand (for activity.Do outside Temporal)
+	// "explicit:", "comp:") and escaped parts, so that no two intents share one; the package
+	// documentation shows what each scope's ID is made of. A Key written by hand (for activity.Do outside Temporal)
 	// may hold any valid ID: choose one that cannot equal a tagged one, or use the same scheme.
 	ID string
 }
