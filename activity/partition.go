@@ -36,7 +36,8 @@ import (
 //     partition, checking under the detach's lock that nothing that must stay is left in it.
 //
 // Nothing else changes: every statement addresses the parent table, and a lookup by key probes
-// each partition's index (bench/NOTEBOOK.md, row 11: 1.3 to 1.9 times a plain table's lookup, by run and size).
+// each partition's index (bench/NOTEBOOK.md, row 11: 1.3 to 1.9 times a plain table's lookup,
+// by run and size).
 
 const (
 	// partitionsAhead is how many days of partitions Purge keeps created ahead of today: three
