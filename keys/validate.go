@@ -13,7 +13,7 @@ const (
 	// MaxNameLen bounds the namespace, tenant, operation, step and compensation names (Temporal
 	// itself caps namespace names at 255).
 	MaxNameLen = 255
-	// MaxIDLen bounds an explicit ID as the caller gives it (WithID, Options.ID, ExplicitKey). A
+	// MaxIDLen bounds an explicit ID as the caller gives it (WithID, Given, Explicit). A
 	// derived ID longer than this (very long workflow IDs) is replaced by its SHA-256, tagged by
 	// scope, so derivation never fails on length.
 	MaxIDLen = 1024
