@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -483,23 +484,11 @@ func TestForEachHeartbeatsItsProgress(t *testing.T) {
 	s, _ := setup(t, nil)
 	p := newPayouts()
 	env := newActivityEnv("payout", "progress")
-	var (
-		mu   sync.Mutex
-		seen []activity.Progress
-	)
-	env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
-		var progress activity.Progress
-		if details.Get(&progress) == nil {
-			mu.Lock()
-			seen = append(seen, progress)
-			mu.Unlock()
-		}
-	})
+	heartbeats := recordProgress(env)
 	env.RegisterActivityWithOptions(payOut(s, p, 1), sdkactivity.RegisterOptions{Name: "PayOut"})
 	_, err := executePayOut(t, env, payeesN(5))
 	require.NoError(t, err)
-	mu.Lock()
-	defer mu.Unlock()
+	seen := heartbeats()
 	require.NotEmpty(t, seen, "ForEach did not heartbeat")
 	// The SDK sends the first heartbeat at once and throttles the rest.
 	require.Equal(t, activity.Progress{Settled: 1, Total: 5}, seen[0])
@@ -720,25 +709,13 @@ func TestForEachProgressCountsOnlySettledItems(t *testing.T) {
 	firstProgress := func(t *testing.T, id string, pay func(context.Context, Payee) (int, error)) activity.Progress {
 		t.Helper()
 		env := newActivityEnv("payout", id)
-		var (
-			mu   sync.Mutex
-			seen []activity.Progress
-		)
-		env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
-			var progress activity.Progress
-			if details.Get(&progress) == nil {
-				mu.Lock()
-				seen = append(seen, progress)
-				mu.Unlock()
-			}
-		})
+		heartbeats := recordProgress(env)
 		env.RegisterActivityWithOptions(func(ctx context.Context, payees []Payee) error {
 			_, err := activity.ForEach(ctx, s, payees, activity.Items[Payee]{ID: payeeID, Operation: "Transfer"}, pay)
 			return err
 		}, sdkactivity.RegisterOptions{Name: "PayOut"})
 		_, _ = env.ExecuteActivity("PayOut", payeesN(3))
-		mu.Lock()
-		defer mu.Unlock()
+		seen := heartbeats()
 		require.NotEmpty(t, seen, "ForEach did not heartbeat")
 		return seen[0]
 	}
@@ -754,4 +731,26 @@ func TestForEachProgressCountsOnlySettledItems(t *testing.T) {
 		})
 		require.Equal(t, activity.Progress{Settled: 1, Failed: 1, Total: 3}, progress, "a decline is settled and failed")
 	})
+}
+
+// recordProgress records the Progress of every heartbeat env's activity sends, and returns
+// what it recorded so far.
+func recordProgress(env *testsuite.TestActivityEnvironment) func() []activity.Progress {
+	var (
+		mu   sync.Mutex
+		seen []activity.Progress
+	)
+	env.SetOnActivityHeartbeatListener(func(_ *sdkactivity.Info, details converter.EncodedValues) {
+		var progress activity.Progress
+		if details.Get(&progress) == nil {
+			mu.Lock()
+			seen = append(seen, progress)
+			mu.Unlock()
+		}
+	})
+	return func() []activity.Progress {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
