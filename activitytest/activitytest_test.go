@@ -125,36 +125,28 @@ func tokenAndAttemptCharge(url string) func(context.Context, chargeRequest) (cha
 // taskTokenKeyCharge remembers a key per task token, in memory: the same key for the retries of
 // one attempt, and a new one for each of Temporal's attempts.
 func taskTokenKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
-	var mu sync.Mutex
-	byTaskToken := map[string]string{}
-	return func(ctx context.Context, in chargeRequest) (charge, error) {
-		mu.Lock()
-		t := string(sdkactivity.GetInfo(ctx).TaskToken)
-		if byTaskToken[t] == "" {
-			var b [8]byte
-			_, _ = rand.Read(b[:])
-			byTaskToken[t] = hex.EncodeToString(b[:])
-		}
-		key := byTaskToken[t]
-		mu.Unlock()
-		return postBody(ctx, url+"/v1/charges", key, in)
-	}
+	return rememberedBy(url, func(ctx context.Context) string { return string(sdkactivity.GetInfo(ctx).TaskToken) })
 }
 
 // rememberedKeyCharge remembers a random key per intent's token, in memory: the same key for
 // every attempt in this process, and a new one on a worker that starts after a crash.
 func rememberedKeyCharge(url string) func(context.Context, chargeRequest) (charge, error) {
+	return rememberedBy(url, func(ctx context.Context) string { tok, _ := keys.TokenFrom(ctx); return tok.String() })
+}
+
+// rememberedBy sends a random key that it remembers, in memory, under what by returns.
+func rememberedBy(url string, by func(context.Context) string) func(context.Context, chargeRequest) (charge, error) {
 	var mu sync.Mutex
-	byToken := map[keys.Token]string{}
+	remembered := map[string]string{}
 	return func(ctx context.Context, in chargeRequest) (charge, error) {
-		tok, _ := keys.TokenFrom(ctx)
 		mu.Lock()
-		if byToken[tok] == "" {
+		k := by(ctx)
+		if remembered[k] == "" {
 			var b [8]byte
 			_, _ = rand.Read(b[:])
-			byToken[tok] = hex.EncodeToString(b[:])
+			remembered[k] = hex.EncodeToString(b[:])
 		}
-		key := byToken[tok]
+		key := remembered[k]
 		mu.Unlock()
 		return postBody(ctx, url+"/v1/charges", key, in)
 	}
