@@ -13,12 +13,10 @@ import (
 // activity.SchemaDefault, and the same error.
 func TestDeprecatedMigrateNames(t *testing.T) {
 	t.Parallel()
-	//lint:ignore SA1019 the deprecated alias is what this test checks
 	old, err := activity.Migrations("")
 	require.NoError(t, err)
 	want, err := migrate.List(activity.SchemaDefault)
 	require.NoError(t, err)
 	require.Equal(t, want, old)
-	//lint:ignore SA1019 the deprecated alias is what this test checks
 	require.ErrorIs(t, migrate.ErrNotMigrated, activity.ErrNotMigrated)
 }
