@@ -341,7 +341,7 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 	if err != nil || (r.state != StateCompleted && r.state != StateFailed) {
 		return &FencedOutError{Key: k}
 	}
-	if r.fingerprint != a.call.Fingerprint {
+	if !a.call.Fingerprint.Matches(r.fingerprint) {
 		// The receipt was reserved again, for another request, after this attempt's
 		// reservation was lost: its result is not this request's. The retry is told so
 		// (PayloadMismatch) before it calls anything.

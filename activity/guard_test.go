@@ -17,6 +17,7 @@ import (
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 func TestMalformedKeysAreRefusedBeforeAnyWrite(t *testing.T) {
@@ -236,7 +237,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	require.NoError(t, s.Migrate(context.Background()))
 	var versions int
 	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".tempotent_migration").Scan(&versions))
-	migrations, err := activity.Migrations(schema)
+	migrations, err := migrate.List(schema)
 	require.NoError(t, err)
 	require.Equal(t, len(migrations), versions)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // The schema refuses a completed receipt without its result (migration 006): a write that marks
@@ -69,9 +70,9 @@ func TestMigration006KeepsOldVoidResults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, schema := setup(t, nil)
-	migrations, err := activity.Migrations(schema)
+	migrations, err := migrate.List(schema)
 	require.NoError(t, err)
-	var m006 activity.Migration
+	var m006 migrate.Migration
 	for _, m := range migrations {
 		if m.Version == 6 {
 			m006 = m

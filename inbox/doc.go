@@ -15,7 +15,7 @@
 // same inside a transaction the consumer already holds.
 //
 // The inbox shares the receipts' conventions: tempotent's schema and migrations
-// (activity.Store.Migrate creates its table), the database's clock, errors typed for Temporal (ErrType
+// (migrate.Up creates its table), the database's clock, errors typed for Temporal (ErrType
 // constants), and metrics through a Temporal metrics handler. Records are kept for
 // Config.Retention (Purge deletes older ones): it must exceed the producer's redelivery horizon,
 // or a message redelivered after its record was purged runs again.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/errtype"
 	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // Defaults applied by New.
@@ -61,9 +62,9 @@ var (
 	// ErrMismatch: this consumer processed a message with this ID and another payload. Nothing
 	// ran: the producer reused an ID, or the message was altered.
 	ErrMismatch = errors.New("inbox: message ID reused with another payload")
-	// ErrNotMigrated: the inbox table is missing; apply tempotent's migrations
-	// (activity.Store.Migrate). The same error as activity.ErrNotMigrated.
-	ErrNotMigrated = schema.ErrNotMigrated
+	// ErrNotMigrated: the inbox table is missing; apply tempotent's migrations (migrate.Up).
+	// The same error as migrate.ErrNotMigrated.
+	ErrNotMigrated = migrate.ErrNotMigrated
 )
 
 // Config configures an Inbox.
@@ -71,7 +72,8 @@ type Config struct {
 	// Consumer names the consumer: each consumer processes a message once, independently of
 	// the others. Required.
 	Consumer string
-	// Schema is the Postgres schema of the inbox table (tempotent's migrations create it).
+	// Schema is the Postgres schema of the inbox table (tempotent's migrations create it:
+	// migrate.Up).
 	// Default SchemaDefault.
 	Schema string
 	// Retention is how long processed records are kept; see RetentionDefault.
@@ -265,7 +267,7 @@ func purgeStatement(table string) string {
 
 // Check reports whether the inbox's schema has its table; its error says how to create it.
 func (i *Inbox) Check(ctx context.Context) error {
-	if err := schema.Check(ctx, i.db, i.cfg.Schema); err != nil {
+	if err := migrate.Check(ctx, i.db, i.cfg.Schema); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
 	return nil

@@ -14,8 +14,8 @@ import (
 	"github.com/tempotent/tempotent/inbox"
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/internal/temporaltest"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -26,7 +26,7 @@ func setup(t *testing.T, cfg inbox.Config) (*inbox.Inbox, string) {
 	t.Helper()
 	ctx := context.Background()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(ctx, pgtest.Pool(t), name))
 	_, err := pgtest.Pool(t).Exec(ctx, "CREATE TABLE "+name+".shipments (message_id text NOT NULL)")
 	require.NoError(t, err)
 	cfg.Schema = name

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // TestPurgeFindsRecordsByTheirAge asks Postgres how it would run a purge on an inbox it has never
@@ -22,7 +22,7 @@ func TestPurgeFindsRecordsByTheirAge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(ctx, pgtest.Pool(t), name))
 	table := pgx.Identifier{name, "inbox"}.Sanitize()
 	pgtest.NeverAnalyzed(t, table)
 	db := pgtest.Pool(t)

@@ -40,7 +40,7 @@ func ExampleFingerprintJSON() {
 	a, _ := keys.FingerprintJSON([]byte(`{"amount": 100, "currency": "eur"}`))
 	b, _ := keys.FingerprintJSON([]byte(`{"currency":"eur","amount":100.0}`))
 	c, _ := keys.FingerprintJSON([]byte(`{"currency":"eur","amount":101}`))
-	fmt.Println(a == b, a == c)
+	fmt.Println(a.Matches(b), a.Matches(c))
 	// Output: true false
 }
 

@@ -56,11 +56,20 @@ const FingerprintVersion = 2
 var ErrNotCanonicalizable = errors.New("request has no canonical JSON form")
 
 // Fingerprint identifies a request's content: the SHA-256 of its canonical JSON, with the version
-// of the way the request became that JSON (see FingerprintVersion). Two Fingerprints are equal
-// (==) only when both Version and Sum are. Compare a request's fingerprint with a stored one with
-// Matches, which also matches versions 1 and 2 with equal sums. The same key with a Fingerprint
-// that does not match is a payload mismatch.
+// of the way the request became that JSON (see FingerprintVersion). The same key with a
+// Fingerprint that does not match is a payload mismatch.
+//
+// Matches is the only comparison: two fingerprints are the same request when Matches says so,
+// which includes a version-1 and a version-2 fingerprint with equal sums (a request built with an
+// empty slice and the same request built with a nil one). Comparing Version and Sum field by field
+// would call those different, so Fingerprint is not comparable: == and != do not compile, and a
+// Fingerprint cannot be a map key (a map of requests can be keyed by Sum, which versions 1 and 2
+// of one request share). Build one with a keyed literal: Fingerprint{Version: 1, Sum: sum}.
 type Fingerprint struct {
+	// A func array of length zero holds nothing and makes == and map keys a compile error, so
+	// that Matches is the comparison. First, because a zero-size last field would be padded.
+	_ [0]func()
+
 	Version int16
 	Sum     [sha256.Size]byte
 }
@@ -76,11 +85,11 @@ func (f Fingerprint) String() string {
 // in how a Go value becomes JSON, so equal sums are equal canonical text. A future version that
 // changes the grammar must not be matched to these by sum.
 func (f Fingerprint) Matches(stored Fingerprint) bool {
-	if f == stored {
-		return true
+	if f.Sum != stored.Sum {
+		return false
 	}
 	sameGrammar := func(v int16) bool { return v == 1 || v == 2 }
-	return sameGrammar(f.Version) && sameGrammar(stored.Version) && f.Sum == stored.Sum
+	return f.Version == stored.Version || sameGrammar(f.Version) && sameGrammar(stored.Version)
 }
 
 // FingerprintJSON fingerprints a request given as JSON. Object member order and insignificant

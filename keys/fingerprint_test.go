@@ -564,7 +564,7 @@ func TestFingerprintVersions(t *testing.T) {
 			plain, err := FingerprintJSON(raw)
 			require.NoError(t, err)
 			require.Equal(t, plain, at1, "version 1 is the plain encoding/json form")
-			require.Equal(t, tc.version == 1, fp == at1)
+			require.Equal(t, tc.version == 1, fp.String() == at1.String(), "a version-1 result is the version-1 form, version and sum")
 		})
 	}
 	_, err := FingerprintAt(1, 3)
@@ -575,20 +575,24 @@ func TestFingerprintVersions(t *testing.T) {
 
 func TestFingerprintMatches(t *testing.T) {
 	t.Parallel()
-	sum := func(b byte) (s [32]byte) { s[0] = b; return s }
+	fp := func(version int16, b byte) Fingerprint {
+		f := Fingerprint{Version: version}
+		f.Sum[0] = b
+		return f
+	}
 	for _, tc := range []struct {
 		name  string
 		a, b  Fingerprint
 		match bool
 	}{
-		{"Equal", Fingerprint{1, sum(1)}, Fingerprint{1, sum(1)}, true},
-		{"Version1And2", Fingerprint{1, sum(1)}, Fingerprint{2, sum(1)}, true},
-		{"Version2And1", Fingerprint{2, sum(1)}, Fingerprint{1, sum(1)}, true},
-		{"OtherSum", Fingerprint{1, sum(1)}, Fingerprint{2, sum(2)}, false},
-		{"SameVersionOtherSum", Fingerprint{2, sum(1)}, Fingerprint{2, sum(2)}, false},
-		{"UnknownVersion", Fingerprint{3, sum(1)}, Fingerprint{1, sum(1)}, false},
-		{"NoVersion", Fingerprint{0, sum(1)}, Fingerprint{1, sum(1)}, false},
-		{"SameUnknownVersion", Fingerprint{3, sum(1)}, Fingerprint{3, sum(1)}, true},
+		{"Equal", fp(1, 1), fp(1, 1), true},
+		{"Version1And2", fp(1, 1), fp(2, 1), true},
+		{"Version2And1", fp(2, 1), fp(1, 1), true},
+		{"OtherSum", fp(1, 1), fp(2, 2), false},
+		{"SameVersionOtherSum", fp(2, 1), fp(2, 2), false},
+		{"UnknownVersion", fp(3, 1), fp(1, 1), false},
+		{"NoVersion", fp(0, 1), fp(1, 1), false},
+		{"SameUnknownVersion", fp(3, 1), fp(3, 1), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

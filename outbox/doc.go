@@ -3,7 +3,7 @@
 // once, so that "the order was reserved" is never published for a reservation that rolled back,
 // and never lost for one that committed.
 //
-//	out, _ := outbox.New(pool, nil) // the receipts' schema; activity.Store.Migrate creates the table
+//	out, _ := outbox.New(pool, nil) // the receipts' schema; migrate.Up creates the table
 //	_, err := activity.DoInNewTx(ctx, store, call, func(ctx context.Context, tx pgx.Tx) (Reservation, error) {
 //		// ... the business change, in tx ...
 //		return r, out.Put(ctx, tx, outbox.Message{Topic: "order.reserved", OrderingKey: orderID, Payload: body})

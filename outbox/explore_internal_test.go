@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // TestExploreDispatchers explores the dispatchers on the real Postgres, by model: seeded
@@ -64,7 +64,7 @@ func TestExploreDispatchers(t *testing.T) {
 	seed := uint64(exploreEnv("TEMPOTENT_EXPLORE_SEED", 1))
 	ctx := context.Background()
 	name := pgtest.Schema(t)
-	if err := schema.Migrate(ctx, pgtest.Pool(t), name); err != nil {
+	if err := migrate.Up(ctx, pgtest.Pool(t), name); err != nil {
 		t.Fatal(err)
 	}
 	var pools []*pgxpool.Pool

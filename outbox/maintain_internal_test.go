@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // One maintenance round prunes every delivered message past retention, batch after batch, not
@@ -19,7 +19,7 @@ func TestMaintenancePrunesMoreThanOneBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(ctx, pgtest.Pool(t), name))
 	o, err := New(pgtest.Pool(t), &Config{Schema: name, Retention: time.Hour})
 	require.NoError(t, err)
 	const expired = 2*PruneBatchDefault + 500

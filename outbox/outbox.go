@@ -17,6 +17,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // Defaults applied by New.
@@ -38,8 +39,8 @@ const notifyChannel = "tempotent_outbox"
 // Config configures an Outbox. The zero Config (or nil) is valid.
 type Config struct {
 	// Schema is the Postgres schema that holds the outbox table (tempotent's migrations create
-	// it: activity.Store.Migrate, or activity.Migrations for your own tool). Default
-	// SchemaDefault, the receipts' schema.
+	// it: migrate.Up, or migrate.List for your own tool). Default SchemaDefault, the receipts'
+	// schema.
 	Schema string
 	// MaxPayloadBytes bounds a message's payload; Put refuses a larger one with
 	// ErrPayloadTooLarge. Default MaxPayloadBytesDefault.
@@ -113,9 +114,9 @@ var (
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidMessage: no topic, or no ID outside a receipt, or an empty header name.
 	ErrInvalidMessage = errors.New("outbox: invalid message")
-	// ErrNotMigrated: the outbox table is missing; apply tempotent's migrations
-	// (activity.Store.Migrate). The same error as activity.ErrNotMigrated.
-	ErrNotMigrated = schema.ErrNotMigrated
+	// ErrNotMigrated: the outbox table is missing; apply tempotent's migrations (migrate.Up).
+	// The same error as migrate.ErrNotMigrated.
+	ErrNotMigrated = migrate.ErrNotMigrated
 )
 
 // Put writes m in tx, to be delivered once tx commits; if tx rolls back, the message was never
@@ -243,7 +244,7 @@ func writeField(h interface{ Write([]byte) (int, error) }, s string) {
 
 // Check reports whether the outbox's schema has its table; its error says how to create it.
 func (o *Outbox) Check(ctx context.Context) error {
-	if err := schema.Check(ctx, o.db, o.cfg.Schema); err != nil {
+	if err := migrate.Check(ctx, o.db, o.cfg.Schema); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil

@@ -12,8 +12,8 @@ import (
 
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/outbox"
 )
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 func setup(t *testing.T, cfg *outbox.Config) (*outbox.Outbox, string) {
 	t.Helper()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(context.Background(), pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(context.Background(), pgtest.Pool(t), name))
 	c := outbox.Config{}
 	if cfg != nil {
 		c = *cfg

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 // TestUndeliveredAreFoundByTheIndex asks Postgres how it would run the statements that read the
@@ -22,7 +22,7 @@ func TestUndeliveredAreFoundByTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(ctx, pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(ctx, pgtest.Pool(t), name))
 	table := pgx.Identifier{name, "outbox"}.Sanitize()
 	conn, err := pgtest.Pool(t).Acquire(ctx)
 	require.NoError(t, err)

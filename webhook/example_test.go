@@ -11,13 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/outbox"
 	"github.com/tempotent/tempotent/webhook"
 )
 
 // exampleOutbox connects to TEST_DATABASE_URL (or the local default), creates tempotent's tables
-// in a schema of its own (activity.Store.Migrate creates the outbox and the inbox beside the
+// in a schema of its own (migrate.Up creates the outbox and the inbox beside the
 // receipts), and returns the schema's outbox, the pool, and a cleanup that drops the schema.
 func exampleOutbox(ctx context.Context, schema string) (*outbox.Outbox, *pgxpool.Pool, func()) {
 	url := os.Getenv("TEST_DATABASE_URL")
@@ -29,11 +29,7 @@ func exampleOutbox(ctx context.Context, schema string) (*outbox.Outbox, *pgxpool
 		panic(err)
 	}
 	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-	store, err := activity.NewStore(pool, &activity.Config{Schema: schema})
-	if err != nil {
-		panic(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
+	if err := migrate.Up(ctx, pool, schema); err != nil {
 		panic(err)
 	}
 	out, err := outbox.New(pool, &outbox.Config{Schema: schema})

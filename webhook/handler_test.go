@@ -22,7 +22,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/outbox"
 	"github.com/tempotent/tempotent/webhook"
 )
@@ -81,7 +81,7 @@ func newHook(t *testing.T, cfg webhook.HandlerConfig) hook {
 func newHookOn(t *testing.T, pool *pgxpool.Pool, cfg webhook.HandlerConfig) hook {
 	t.Helper()
 	name := pgtest.Schema(t)
-	require.NoError(t, schema.Migrate(context.Background(), pgtest.Pool(t), name))
+	require.NoError(t, migrate.Up(context.Background(), pgtest.Pool(t), name))
 	out, err := outbox.New(pool, &outbox.Config{Schema: name})
 	require.NoError(t, err)
 	cfg.Source = cmp.Or(cfg.Source, "stripe")

@@ -44,7 +44,9 @@ type Config struct {
 	// Schema, Retention and MaxPayloadBytes have flags and environment variables:
 	// TEMPOTENT_SCHEMA, TEMPOTENT_RETENTION, TEMPOTENT_MAX_PAYLOAD_BYTES.
 	Receipts activity.Config
-	// Migrate applies the receipt store's migrations at start. Env TEMPOTENT_MIGRATE=1.
+	// Migrate applies tempotent's migrations (migrate.Up: receipts, outbox, inbox) to
+	// Receipts.Schema at start. Env TEMPOTENT_MIGRATE=1. Either way, Start then checks the
+	// schema (migrate.Check) and refuses one that lacks migrations.
 	Migrate bool
 	// LogLevel is debug, info, warn or error. Env TEMPOTENT_LOG_LEVEL.
 	LogLevel string
@@ -83,7 +85,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 		c.Receipts.MaxPayloadBytes = n
 		return nil
 	})
-	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply the receipt migrations at start (env TEMPOTENT_MIGRATE=1)")
+	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply tempotent's migrations at start (env TEMPOTENT_MIGRATE=1)")
 	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(env("TEMPOTENT_LOG_LEVEL"), "info"), "debug, info, warn or error (env TEMPOTENT_LOG_LEVEL)")
 	fs.Func("shutdown-grace", "how long running activities may finish after SIGINT/SIGTERM (env TEMPOTENT_SHUTDOWN_GRACE)", durationFlag(&c.ShutdownGrace))
 	fs.Func("purge-every", "how often expired receipts are purged, e.g. 10m; negative turns it off (env TEMPOTENT_PURGE_EVERY)", durationFlag(&c.PurgeEvery))

@@ -21,6 +21,7 @@ import (
 	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/outbox"
 )
 
@@ -89,16 +90,17 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
+	schema := e.Store.Config().Schema
 	if cfg.Migrate {
-		if err := e.Store.Migrate(ctx); err != nil {
+		if err := migrate.Up(ctx, pool, schema); err != nil {
 			return err
 		}
-		e.Log.Info("receipt migrations applied", "schema", cfg.Receipts.Schema)
+		e.Log.Info("migrations applied", "schema", schema)
 	}
-	if err := e.Store.Check(ctx); err != nil {
+	if err := migrate.Check(ctx, pool, schema); err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(url), err)
 	}
-	e.Outbox, err = outbox.New(pool, &outbox.Config{Schema: e.Store.Config().Schema})
+	e.Outbox, err = outbox.New(pool, &outbox.Config{Schema: schema})
 	return err
 }
 

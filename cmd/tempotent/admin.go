@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tempotent/tempotent/activity"
-	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 func (a *app) partition(ctx context.Context, args []string) error {
@@ -151,31 +150,40 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 		return err
 	}
 	if print {
-		sql, err := schema.Script(f.schema, after)
+		sql, err := migrate.Script(f.schema, after)
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprint(a.stdout, sql)
 		return err
 	}
-	s, pool, err := f.store(ctx)
+	_, pool, err := f.store(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	before, err := schema.Missing(ctx, pool, f.schema)
+	before, err := migrate.Missing(ctx, pool, f.schema)
 	if err != nil {
 		return err
 	}
-	if err := s.Migrate(ctx); err != nil {
+	if err := migrate.Up(ctx, pool, f.schema); err != nil {
 		return err
 	}
 	if len(before) == 0 {
 		fmt.Fprintf(a.stdout, "schema %q is up to date\n", f.schema)
 	} else {
-		fmt.Fprintf(a.stdout, "schema %q: applied %s\n", f.schema, strings.Join(before, ", "))
+		fmt.Fprintf(a.stdout, "schema %q: applied %s\n", f.schema, names(before))
 	}
 	return nil
+}
+
+// names lists migrations as "005_audit, 006_completed_result".
+func names(migrations []migrate.Migration) string {
+	s := make([]string, len(migrations))
+	for i, m := range migrations {
+		s[i] = m.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // indexPattern finds the indexes the migrations create.
@@ -220,17 +228,17 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	cfg := pool.Config().ConnConfig
 	report("ok", "postgres %s at %s:%d, database %q", version, cfg.Host, cfg.Port, cfg.Database)
 
-	missing, err := schema.Missing(ctx, pool, f.schema)
+	missing, err := migrate.Missing(ctx, pool, f.schema)
 	if err != nil {
 		return err
 	}
-	migrations, err := schema.Migrations(f.schema)
+	migrations, err := migrate.List(f.schema)
 	if err != nil {
 		return err
 	}
 	if len(missing) > 0 {
 		report("FAIL", "schema %q lacks migrations %s: run tempotent migrate (or apply tempotent migrate --print with your tool)",
-			f.schema, strings.Join(missing, ", "))
+			f.schema, names(missing))
 	} else {
 		report("ok", "schema %q has all %d migrations", f.schema, len(migrations))
 	}
@@ -269,7 +277,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	for _, idx := range want {
 		isValid, present := valid[idx]
 		switch {
-		case !present && !slices.Contains(missing, idx):
+		case !present:
 			absent = append(absent, idx)
 		case present && !isValid:
 			invalid = append(invalid, idx)

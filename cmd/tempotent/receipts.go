@@ -14,6 +14,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/migrate"
 )
 
 func (a *app) list(ctx context.Context, args []string) error {
@@ -134,7 +135,7 @@ func (a *app) show(ctx context.Context, args []string) error {
 		if asJSON {
 			j := toJSON(r)
 			audit, err := s.Audit(ctx, r.Token)
-			if err != nil && !errors.Is(err, activity.ErrNotMigrated) {
+			if err != nil && !errors.Is(err, migrate.ErrNotMigrated) {
 				return err
 			}
 			for _, e := range audit {
@@ -272,7 +273,7 @@ does, for 24 hours) gives it again: such a failure needs a new intent, not a re-
 // (migration 005 not applied yet) has none to print.
 func (a *app) printWithAudit(ctx context.Context, s *activity.Store, r activity.Receipt) error {
 	entries, err := s.Audit(ctx, r.Token)
-	if err != nil && !errors.Is(err, activity.ErrNotMigrated) {
+	if err != nil && !errors.Is(err, migrate.ErrNotMigrated) {
 		return err
 	}
 	return printReceipt(a.stdout, r, entries...)

@@ -50,7 +50,7 @@ func (s *Server) settleDue() time.Duration {
 			wait = min(wait, st.At.Sub(now))
 			continue
 		}
-		s.settle(s.findCharge(st.Charge))
+		s.settle(s.st.findCharge(st.Charge))
 	}
 	if len(rest) < len(s.st.Settling) {
 		s.st.Settling = rest

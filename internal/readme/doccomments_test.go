@@ -20,6 +20,7 @@ var citedPackages = map[string]string{
 	"activity":     "activity",
 	"activitytest": "activitytest",
 	"keys":         "keys",
+	"migrate":      "migrate",
 	"saga":         "saga",
 	"outbox":       "outbox",
 	"inbox":        "inbox",

@@ -1,7 +1,8 @@
 // Package schema holds tempotent's tables as one numbered sequence of migrations, rendered for a
 // schema, and applies or checks them. The receipts, the outbox and the inbox live in the same
-// schema and share the sequence, so one Migrate (activity.Store.Migrate, the worker's -migrate)
-// makes everything the toolkit needs.
+// schema and share the sequence, so one Migrate makes everything the toolkit needs. Package
+// migrate is its public face (migrate.Up, migrate.Check, migrate.List); Explain is for the
+// packages whose statements meet a missing table.
 package schema
 
 import (
@@ -22,7 +23,8 @@ import (
 //go:embed migrations/*.sql
 var files embed.FS
 
-// Migration is one numbered schema change, rendered for a schema.
+// Migration is one numbered schema change, rendered for a schema. migrate.Migration has the same
+// fields, so that one converts to the other.
 type Migration struct {
 	Version int
 	Name    string
@@ -143,7 +145,7 @@ func Migrate(ctx context.Context, db DB, schema string) error {
 }
 
 // howToMigrate is what every "not migrated" error tells the user to do.
-const howToMigrate = "apply tempotent's migrations with activity.Store.Migrate (the worker's -migrate flag, TEMPOTENT_MIGRATE=1), or activity.Migrations with your own tool"
+const howToMigrate = "apply tempotent's migrations with migrate.Up (activity.Store.Migrate, the worker's -migrate flag or TEMPOTENT_MIGRATE=1, the command tempotent migrate), or with your own tool from migrate.List or tempotent migrate --print"
 
 // Check reports whether schema has every migration this version needs. Its error matches
 // ErrNotMigrated and names the missing migrations and how to apply them when the database
@@ -154,14 +156,23 @@ func Check(ctx context.Context, db DB, schema string) error {
 		return fmt.Errorf("check schema %q: %w", schema, err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: schema %q lacks migrations %s: %s", ErrNotMigrated, schema, strings.Join(missing, ", "), howToMigrate)
+		return fmt.Errorf("%w: schema %q lacks migrations %s: %s", ErrNotMigrated, schema, Names(missing), howToMigrate)
 	}
 	return nil
 }
 
-// Missing returns the migrations that schema lacks, as "003_messages", in version order. An
-// error means the database did not answer.
-func Missing(ctx context.Context, db DB, schema string) ([]string, error) {
+// Names lists migrations as "002_reservation_identity, 003_messages".
+func Names(migrations []Migration) string {
+	names := make([]string, len(migrations))
+	for i, m := range migrations {
+		names[i] = fmt.Sprintf("%03d_%s", m.Version, m.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Missing returns the migrations that schema lacks, in version order. An error means the
+// database did not answer.
+func Missing(ctx context.Context, db DB, schema string) ([]Migration, error) {
 	migrations, err := Migrations(schema)
 	if err != nil {
 		return nil, err
@@ -181,10 +192,10 @@ func Missing(ctx context.Context, db DB, schema string) ([]string, error) {
 			return nil, err
 		}
 	}
-	var missing []string
+	var missing []Migration
 	for _, m := range migrations {
 		if !slices.Contains(applied, m.Version) {
-			missing = append(missing, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+			missing = append(missing, m)
 		}
 	}
 	return missing, nil
