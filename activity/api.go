@@ -20,10 +20,10 @@ import (
 type Options struct {
 	// DownstreamDeduplicates: see Call.DownstreamDeduplicates.
 	DownstreamDeduplicates bool
-	// DownstreamKeyMemory: see Call.DownstreamKeyMemory.
+	// DownstreamKeyMemory: see Call.DownstreamKeyMemory. Default 24 hours.
 	DownstreamKeyMemory time.Duration
-	// DownstreamSettleTime: see Call.DownstreamSettleTime. For a compensation, give the forward
-	// step's downstream's: ForwardSettled waits it out.
+	// DownstreamSettleTime: see Call.DownstreamSettleTime. Default a minute. For a compensation,
+	// give the forward step's downstream's: ForwardSettled waits it out.
 	DownstreamSettleTime time.Duration
 	// Reconcile: see Call.Reconcile.
 	Reconcile ReconcileFunc
@@ -33,6 +33,15 @@ type Options struct {
 	// outcome. The downstream fields above do not apply to it: give the items' downstream in
 	// ForEach's Items.Options.
 	Batch bool
+}
+
+// WithDefaults returns a copy of o with every unset downstream property set to its default, as a
+// call under o runs with it: DownstreamKeyMemory 24 hours (unbounded for a Batch activity, whose
+// items' receipts are its downstream), DownstreamSettleTime a minute.
+func (o Options) WithDefaults() Options {
+	o.DownstreamKeyMemory = cmp.Or(batchKeyMemory(o.Batch), max(o.DownstreamKeyMemory, 0), downstreamKeyMemoryDefault)
+	o.DownstreamSettleTime = cmp.Or(max(o.DownstreamSettleTime, 0), downstreamSettleTimeDefault)
+	return o
 }
 
 func (o Options) validate() error {

@@ -23,7 +23,8 @@ type Call struct {
 	// the same Key and another Fingerprint is a payload mismatch.
 	Fingerprint keys.Fingerprint
 	// Lease is how long this attempt holds the key before another may take over. Zero means
-	// until ctx's deadline, or LeaseDefault when ctx has none.
+	// until ctx's deadline, or a minute when ctx has none (capped by the activity's heartbeat
+	// timeout, which each heartbeat renews).
 	Lease time.Duration
 	// Attempt is which attempt at the intent this call is, counting from 1, when the caller knows
 	// it (a job queue's attempt number); zero means the Temporal activity's own attempt, or a
@@ -45,7 +46,7 @@ type Call struct {
 	// (Stripe: 24 hours). Sending again a token it may have forgotten could be a second effect,
 	// so a takeover of a receipt first reserved longer ago than this reconciles, or fails with
 	// OutcomeUnknownError, as for a downstream that does not deduplicate. Zero means
-	// DownstreamKeyMemoryDefault.
+	// 24 hours, Stripe's.
 	DownstreamKeyMemory time.Duration
 	// DownstreamSettleTime is the longest the downstream may take to apply a request after the
 	// attempt that sent it ended (timed out, was fenced out, or its worker died), or to show an
@@ -54,7 +55,8 @@ type Call struct {
 	// ForwardSettled, also after the forward receipt was completed or failed), "the downstream
 	// has no effect under this token" is not final: Reconcile's "not found" is not trusted yet
 	// (the takeover waits with an InProgressError), and ForwardSettled says a compensation must
-	// retry. Zero means DownstreamSettleTimeDefault.
+	// retry. Zero means a minute, which covers a request held by the downstream past the attempt's
+	// timeout and the lag of a search index such as Stripe's.
 	DownstreamSettleTime time.Duration
 	// Reconcile, for a downstream that does not deduplicate (or a token past its key memory),
 	// asks it what an earlier attempt did under the token after a takeover. Without it, such a
@@ -68,21 +70,25 @@ type Call struct {
 	readUnfinished bool
 }
 
-// Defaults of the downstream's properties in Call and Options.
+// Defaults of the downstream's properties in Call and Options (Options.WithDefaults), and of a
+// lease when nothing else bounds it (Call.Lease).
 const (
-	// DownstreamKeyMemoryDefault is Stripe's: idempotency keys are kept for at least 24 hours.
-	DownstreamKeyMemoryDefault = 24 * time.Hour
-	// DownstreamSettleTimeDefault covers a request held by the downstream past the attempt's
+	// downstreamKeyMemoryDefault is Stripe's: idempotency keys are kept for at least 24 hours.
+	downstreamKeyMemoryDefault = 24 * time.Hour
+	// downstreamSettleTimeDefault covers a request held by the downstream past the attempt's
 	// timeout and the lag of a search index such as Stripe's (up to a minute).
-	DownstreamSettleTimeDefault = time.Minute
+	downstreamSettleTimeDefault = time.Minute
+	// leaseDefault is the lease taken when the context has no deadline (Do and DoInNewTx called
+	// outside an activity without Call.Lease). Activities lease until their own deadline.
+	leaseDefault = time.Minute
 )
 
 func (c Call) keyMemory() time.Duration {
-	return cmp.Or(max(c.DownstreamKeyMemory, 0), DownstreamKeyMemoryDefault)
+	return cmp.Or(max(c.DownstreamKeyMemory, 0), downstreamKeyMemoryDefault)
 }
 
 func (c Call) settleTime() time.Duration {
-	return cmp.Or(max(c.DownstreamSettleTime, 0), DownstreamSettleTimeDefault)
+	return cmp.Or(max(c.DownstreamSettleTime, 0), downstreamSettleTimeDefault)
 }
 
 // ReconcileFunc asks the downstream what happened under token. It returns the result the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // payloadFunc is the function a receipt protects, returning its result as the payload to store.
@@ -23,7 +24,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		return nil, err
 	}
 	// The reserve span ends where the attempt goes on to run or replay, or fails.
-	_, reserving := s.startSpan(ctx, SpanReserve, c.Key)
+	_, reserving := s.startSpan(ctx, telemetry.SpanReserve, c.Key)
 	defer func() { reserving.end(err) }()
 	k, lease := c.Key, s.leaseFor(ctx, c)
 	// Leases and retention are measured on the database clock (now() in every statement); only
@@ -46,7 +47,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		return nil, &StoreError{Op: "reserve", Key: k, Err: err}
 	}
 	if r.inserted {
-		obs.count(MetricReserved)
+		obs.count(telemetry.ReceiptReserved)
 		reserving.end(nil)
 		return s.run(ctx, &attempt{call: c, reservation: res, obs: obs}, fn)
 	}
@@ -62,9 +63,9 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		}
 		switch r.state {
 		case StateCompleted, StateFailed:
-			obs.count(MetricReplayed)
+			obs.count(telemetry.ReceiptReplayed)
 			reserving.end(nil)
-			_, replaying := s.startSpan(ctx, SpanReplay, k)
+			_, replaying := s.startSpan(ctx, telemetry.SpanReplay, k)
 			p, err := s.replay(k, r)
 			replaying.end(err)
 			return p, err
@@ -74,7 +75,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 				r = finished
 				continue
 			}
-			obs.count(MetricInProgress)
+			obs.count(telemetry.ReceiptInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(r.lease)}
 		}
 		a := &attempt{call: c, reservation: newReservation(), obs: obs, effectPossible: r.effectPossible, age: r.age,
@@ -82,7 +83,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 		if wait := a.settling(-r.lease); wait > 0 {
 			// The attempt before may have sent a request that the downstream has not applied
 			// yet, and asking it now could hear "not found" for an effect that is on its way.
-			obs.count(MetricInProgress)
+			obs.count(telemetry.ReceiptInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(wait)}
 		}
 		var fence, ageUS int64
@@ -90,7 +91,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS)
 		if err == nil {
 			a.age = time.Duration(ageUS) * time.Microsecond
-			obs.count(MetricTakenOver)
+			obs.count(telemetry.ReceiptTakenOver)
 			obs.log("took over a receipt whose lease ended", "fence", fence, "effect_possible", r.effectPossible)
 			reserving.end(nil)
 			return s.run(ctx, a, fn)
@@ -217,7 +218,7 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 		if a.call.Reconcile == nil {
 			return settle(nil, s.finish(ctx, a, nil, &OutcomeUnknownError{Key: k, Token: token, Reason: reason}))
 		}
-		rctx, reconciling := s.startSpan(ctx, SpanReconcile, k)
+		rctx, reconciling := s.startSpan(ctx, telemetry.SpanReconcile, k)
 		result, found, err := a.call.Reconcile(rctx, token)
 		reconciling.end(err)
 		if err != nil {
@@ -252,7 +253,7 @@ func (s *Store) run(ctx context.Context, a *attempt, fn payloadFunc) (*commonpb.
 	}
 
 	failpoint.Hit(failpoint.AfterReserve)
-	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	cctx, calling := s.startSpan(ctx, telemetry.SpanCall, k)
 	p, err := fn(cctx)
 	calling.end(err)
 	failpoint.Hit(failpoint.AfterDownstream)
@@ -285,7 +286,7 @@ func settle(p *commonpb.Payload, finishErr error) (*commonpb.Payload, error) {
 // errors release the lease, keeping the token for the next attempt.
 func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err error) (ferr error) {
 	k := a.call.Key
-	_, completing := s.startSpan(ctx, SpanComplete, k)
+	_, completing := s.startSpan(ctx, telemetry.SpanComplete, k)
 	defer func() {
 		stepErr := ferr
 		if stepErr == err {
@@ -335,7 +336,7 @@ func (s *Store) finish(ctx context.Context, a *attempt, p *commonpb.Payload, err
 // records when it is finished — if it was recorded for this request — else a FencedOutError.
 func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 	k := a.call.Key
-	a.obs.count(MetricFencedOut)
+	a.obs.count(telemetry.ReceiptFencedOut)
 	a.obs.log("fenced out: another attempt holds this receipt")
 	r, err := s.read(ctx, k)
 	if err != nil || (r.state != StateCompleted && r.state != StateFailed) {
@@ -395,13 +396,13 @@ type fencedOut struct{ recorded *recorded }
 func (e *fencedOut) Error() string { return "fenced out" }
 
 // leaseFor is how long an attempt holds a key: the call's lease, else until the activity's
-// deadline (start-to-close or schedule-to-close, whichever ends first), else LeaseDefault. With a
+// deadline (start-to-close or schedule-to-close, whichever ends first), else leaseDefault. With a
 // heartbeat timeout the lease is the heartbeat timeout, and each heartbeat extends it.
 func (s *Store) leaseFor(ctx context.Context, c Call) time.Duration {
 	if c.Lease > 0 {
 		return c.Lease
 	}
-	lease := LeaseDefault
+	lease := leaseDefault
 	if d, ok := ctx.Deadline(); ok {
 		lease = max(time.Until(d), time.Millisecond)
 	}

@@ -36,7 +36,7 @@ type attemptAnswer[T any] struct {
 func doUntilDone[T any](ctx context.Context, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
 	for {
 		out, err := activity.Do(ctx, s, c, fn)
-		if !errors.Is(err, activity.ErrInProgress) {
+		if !errors.As(err, new(*activity.InProgressError)) {
 			return out, err
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -163,7 +163,7 @@ func TestDo(t *testing.T) {
 		require.ErrorAs(t, err, &inProgress)
 		appErr := temporaltest.RequireAppError(t, err, activity.ErrTypeInProgress, true)
 		require.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
-		require.LessOrEqual(t, appErr.NextRetryDelay(), activity.InProgressDelayMaxDefault)
+		require.LessOrEqual(t, appErr.NextRetryDelay(), new(activity.Config).WithDefaults().InProgressDelayMax)
 		close(release)
 		require.NoError(t, <-done)
 	})
@@ -324,7 +324,7 @@ func TestTakeover(t *testing.T) {
 			t.Error("called during the lease")
 			return chargeResult{}, nil
 		})
-		require.ErrorIs(t, err, activity.ErrInProgress)
+		require.ErrorAs(t, err, new(*activity.InProgressError))
 
 		out, err := doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 			tok, _ := keys.TokenFrom(ctx)
@@ -415,7 +415,7 @@ func TestTakeover(t *testing.T) {
 		_, err := activity.Do(ctx, s, c, fn)
 		require.Error(t, err)
 		_, err = activity.Do(ctx, s, c, fn)
-		require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
+		require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
 		require.Equal(t, 1, calls)
 	})
 
@@ -479,7 +479,7 @@ func TestTakeover(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		freshResume, freshDone := pausedAttempt(ctx, s, c, chargeResult{ChargeID: "ch_fresh"}, nil)
 		staleResume()
-		require.ErrorIs(t, (<-staleDone).err, activity.ErrFencedOut)
+		require.ErrorAs(t, (<-staleDone).err, new(*activity.FencedOutError))
 		state, _ := receiptState(t, schema, c.Key)
 		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
 		freshResume()

@@ -9,6 +9,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
@@ -66,7 +67,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 		return nil, &StoreError{Op: "read", Key: k, Err: readErr}
 	}
 
-	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	cctx, calling := s.startSpan(ctx, telemetry.SpanCall, k)
 	p, err := fn(withRunning(keys.WithToken(cctx, k.Token()), s, c), tx)
 	calling.end(err)
 	if err == nil {
@@ -84,7 +85,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 			// fn waited longer than the lock timeout for a row that another transaction holds:
 			// most likely a duplicate of this intent, running or stalled with its transaction
 			// open. Nothing was written; the retry finds its receipt, or runs fn again.
-			obs.count(MetricInProgress)
+			obs.count(telemetry.ReceiptInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 		}
 		if !s.isFinal(ctx, err) {
@@ -131,14 +132,14 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 	if isLockTimeout(insertErr) {
 		// A duplicate's receipt is being committed (or its transaction stalled): its outcome
 		// is the answer, once it is there.
-		obs.count(MetricInProgress)
+		obs.count(telemetry.ReceiptInProgress)
 		return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 	}
 	if err := errors.Join(insertErr, commitErr, closeErr); err != nil {
 		// Possibly committed: the next attempt's read tells.
 		return nil, &StoreError{Op: "commit", Key: k, Err: err}
 	}
-	obs.count(MetricReserved)
+	obs.count(telemetry.ReceiptReserved)
 	return p, nil
 }
 
@@ -174,10 +175,10 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	}
 	if r.state == StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and the transactional paths (RegisterTx, DoInNewTx, DoInTx).
-		obs.count(MetricInProgress)
+		obs.count(telemetry.ReceiptInProgress)
 		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}
 	}
-	obs.count(MetricReplayed)
+	obs.count(telemetry.ReceiptReplayed)
 	return s.replay(c.Key, r)
 }
 
@@ -213,7 +214,7 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 	if err != nil {
 		return nil, &StoreError{Op: "savepoint", Key: k, Err: err}
 	}
-	cctx, calling := s.startSpan(ctx, SpanCall, k)
+	cctx, calling := s.startSpan(ctx, telemetry.SpanCall, k)
 	p, err := fn(withRunning(keys.WithToken(cctx, k.Token()), s, c), sp)
 	calling.end(err)
 	if err == nil {
@@ -249,7 +250,7 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
 		return nil, &StoreError{Op: "release savepoint", Key: k, Err: err}
 	}
-	obs.count(MetricReserved)
+	obs.count(telemetry.ReceiptReserved)
 	return p, nil
 }
 
@@ -287,7 +288,7 @@ func (s *Store) answerDuplicateInTx(ctx context.Context, tx pgx.Tx, c Call, obs 
 	r, err := scanReceipt(tx.QueryRow(ctx, s.sql.read, c.Key.Namespace, c.Key.Tenant, c.Key.Operation, c.Key.ID))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		obs.count(MetricInProgress)
+		obs.count(telemetry.ReceiptInProgress)
 		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(0)}
 	case err != nil:
 		return nil, &StoreError{Op: "read", Key: c.Key, Err: err}

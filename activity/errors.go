@@ -40,26 +40,12 @@ const (
 	ErrTypeCompensated = errtype.Compensated // non-retryable
 )
 
-// Sentinel errors, matched with errors.Is by the typed errors below.
-var (
-	ErrPayloadMismatch  = errors.New("payload mismatch")
-	ErrInProgress       = errors.New("in progress")
-	ErrOutcomeUnknown   = errors.New("outcome unknown")
-	ErrFencedOut        = errors.New("fenced out")
-	ErrBeyondHorizon    = errors.New("beyond the replay horizon")
-	ErrPayloadTooLarge  = errors.New("payload too large")
-	ErrStore            = errors.New("receipt store unavailable")
-	ErrReconcileFailed  = errors.New("reconcile failed")
-	ErrForwardUnsettled = errors.New("forward step not settled")
-	// ErrBatchUnfinished: some items of a ForEach batch are left to the activity's retry.
-	ErrBatchUnfinished = errors.New("batch unfinished")
-	// ErrMisconfigured: the activity's code or its worker is set up wrong, so no retry can
-	// succeed. It is never returned alone: the error that wraps it says what is wrong and what
-	// to do (install NewInterceptor, give Items.ID…).
-	ErrMisconfigured = errors.New("misconfigured")
-	// ErrCompensated: a forward step whose compensation completed ran again (CompensatedError).
-	ErrCompensated = errors.New("compensated")
-)
+// ErrMisconfigured: the activity's code or its worker is set up wrong, so no retry can succeed
+// (ErrTypeMisconfigured once it has crossed into Temporal). It is never returned alone: the error
+// that wraps it says what is wrong and what to do (install NewInterceptor, give Items.ID…). The
+// other kinds of error are types that carry their data (*MismatchError, *InProgressError, …):
+// match them with errors.As, or by their ErrType after they crossed into Temporal.
+var ErrMisconfigured = errors.New("misconfigured")
 
 // errNoInterceptor is ErrMisconfigured for what (a registered activity, an activity calling
 // ForEach) running on a worker without NewInterceptor.
@@ -304,23 +290,23 @@ func toTemporal(err error) error {
 		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeInProgress, temporal.ApplicationErrorOptions{
 			NextRetryDelay: inProgress.RetryAfter, Cause: err,
 		})
-	case errors.Is(err, ErrPayloadMismatch):
+	case errors.As(err, new(*MismatchError)):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadMismatch, err)
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.As(err, new(*OutcomeUnknownError)):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeOutcomeUnknown, err)
-	case errors.Is(err, ErrBeyondHorizon):
+	case errors.As(err, new(*HorizonError)):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeBeyondHorizon, err)
-	case errors.Is(err, ErrPayloadTooLarge):
+	case errors.As(err, new(*PayloadTooLargeError)):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypePayloadTooLarge, err)
-	case errors.Is(err, ErrCompensated):
+	case errors.As(err, new(*CompensatedError)):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeCompensated, err)
 	case errors.Is(err, ErrMisconfigured):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeMisconfigured, err)
 	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidKey, err)
-	case errors.Is(err, ErrFencedOut):
+	case errors.As(err, new(*FencedOutError)):
 		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeFencedOut, temporal.ApplicationErrorOptions{Cause: err})
-	case errors.Is(err, ErrStore):
+	case errors.As(err, new(*StoreError)):
 		return temporal.NewApplicationErrorWithOptions(msg, ErrTypeStore, temporal.ApplicationErrorOptions{Cause: err})
 	}
 	return err

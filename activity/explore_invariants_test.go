@@ -45,10 +45,10 @@ func (x *explorer) finished(a *explAttempt) error {
 		}
 		x.successes[a.k][a.payload] = append(x.successes[a.k][a.payload], a.result)
 	}
-	if errors.Is(a.err, ErrStore) && !a.storeFault {
+	if errors.As(a.err, new(*StoreError)) && !a.storeFault {
 		return fmt.Errorf("attempt %d got a store error, though none of its statements failed: %v", a.id, a.err)
 	}
-	if errors.Is(a.err, ErrPayloadMismatch) && a.called {
+	if errors.As(a.err, new(*MismatchError)) && a.called {
 		return fmt.Errorf("attempt %d called the downstream and then got a payload mismatch", a.id)
 	}
 	return nil
@@ -74,18 +74,18 @@ func (x *explorer) resolve(k *explKey) error {
 		a := x.attempt[len(x.attempt)-1]
 		var appErr *temporal.ApplicationError
 		switch {
-		case a.err == nil, errors.Is(a.err, ErrPayloadMismatch) && round > 0:
+		case a.err == nil, errors.As(a.err, new(*MismatchError)) && round > 0:
 			return nil
-		case errors.Is(a.err, ErrPayloadMismatch):
+		case errors.As(a.err, new(*MismatchError)):
 			continue
 		case errors.As(toTemporal(a.err), &appErr) && appErr.NonRetryable():
 			if !finalTypes[appErr.Type()] {
 				return fmt.Errorf("%s ended with a %s error, which is not an outcome of the intent: %v", k.key.ID, appErr.Type(), a.err)
 			}
-			if errors.Is(a.err, ErrOutcomeUnknown) && k.reconcile {
+			if errors.As(a.err, new(*OutcomeUnknownError)) && k.reconcile {
 				return fmt.Errorf("%s ended OutcomeUnknown although a reconcile function could tell: %v", k.key.ID, a.err)
 			}
-			if errors.Is(a.err, ErrOutcomeUnknown) && k.dedup && !k.forgotten {
+			if errors.As(a.err, new(*OutcomeUnknownError)) && k.dedup && !k.forgotten {
 				return fmt.Errorf("%s ended OutcomeUnknown although its downstream deduplicates and remembers the token: %v", k.key.ID, a.err)
 			}
 			return nil

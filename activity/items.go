@@ -14,6 +14,7 @@ import (
 	sdkactivity "go.temporal.io/sdk/activity"
 
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Items says how ForEach runs the items of a batch.
@@ -117,7 +118,7 @@ type Progress struct {
 //     together (Items.Concurrency) sharing commits, and an item whose earlier attempt may have
 //     had its effect is taken over with the same token, or reconciled.
 //
-// It returns one result per item, in the order given, and an error matching ErrBatchUnfinished
+// It returns one result per item, in the order given, and a *BatchUnfinishedError
 // when some item is not settled (a retryable error of type ErrTypeBatchUnfinished, which is how
 // a workflow sees it): return that error from the activity, and Temporal's retry runs the rest. An item's non-retryable error (a decline, a payload
 // mismatch) is that item's alone; the others go on.
@@ -240,7 +241,7 @@ func runItem[In, Out any](ctx context.Context, s *Store, c Call, r *receipt, ite
 		if err := s.checkFingerprint(c, *r, obs); err != nil {
 			return out, false, err
 		}
-		obs.count(MetricReplayed)
+		obs.count(telemetry.ReceiptReplayed)
 		p, err = s.replay(c.Key, *r)
 	} else {
 		p, err = s.do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {

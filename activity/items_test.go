@@ -256,7 +256,7 @@ func TestForEachMismatchIsThatItemsAlone(t *testing.T) {
 	for i, r := range results {
 		switch i {
 		case 2, 7:
-			require.ErrorIs(t, r.Err, activity.ErrPayloadMismatch, "item %d", i)
+			require.ErrorAs(t, r.Err, new(*activity.MismatchError), "item %d", i)
 			var appErr *temporal.ApplicationError
 			require.ErrorAs(t, r.Err, &appErr)
 			require.Equal(t, activity.ErrTypePayloadMismatch, appErr.Type())

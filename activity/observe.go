@@ -10,17 +10,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotent/tempotent/keys"
-)
-
-// Counter names emitted through the activity's Temporal metrics handler, each tagged with
-// "operation" (and "namespace" by the SDK).
-const (
-	MetricReserved   = "tempotent_receipt_reserved"    // a first execution reserved its key
-	MetricReplayed   = "tempotent_receipt_replayed"    // a finished receipt was replayed, nothing called
-	MetricMismatched = "tempotent_receipt_mismatched"  // same key, different request
-	MetricInProgress = "tempotent_receipt_in_progress" // a duplicate found a live lease
-	MetricTakenOver  = "tempotent_receipt_taken_over"  // an attempt took over an ended lease
-	MetricFencedOut  = "tempotent_receipt_fenced_out"  // a stale attempt's write was refused
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // observer sends counters and log lines to the activity's own metrics handler and logger, and
@@ -36,7 +26,7 @@ func newObserver(ctx context.Context, s *Store, k keys.Key) observer {
 		return observer{metrics: client.MetricsNopHandler, key: k}
 	}
 	return observer{
-		metrics: sdkactivity.GetMetricsHandler(ctx).WithTags(map[string]string{"operation": k.Operation}),
+		metrics: sdkactivity.GetMetricsHandler(ctx).WithTags(map[string]string{telemetry.MetricTagOperation: k.Operation}),
 		logger:  sdkactivity.GetLogger(ctx),
 		key:     k,
 	}
@@ -53,24 +43,6 @@ func (o observer) log(msg string, keyvals ...any) {
 	o.logger.Info("tempotent: "+msg, append([]any{"operation", o.key.Operation, "token", o.key.Token().String()}, keyvals...)...)
 }
 
-// Span names: one span per receipt step, named "<step>:<operation>" by the SDK's convention
-// (BaseTracer.SpanName), each a child of the span in the activity's context — the SDK tracing
-// interceptor's RunActivity span — so that a trace shows where an attempt spent its time.
-const (
-	SpanReserve   = "tempotent.Reserve"   // the reserve (or takeover) round trip
-	SpanReplay    = "tempotent.Replay"    // a finished receipt's result decoded and returned
-	SpanCall      = "tempotent.Call"      // the protected function; its own spans are children of this one
-	SpanReconcile = "tempotent.Reconcile" // Reconcile asked the downstream what an earlier attempt did
-	SpanComplete  = "tempotent.Complete"  // the outcome recorded (or the lease released)
-)
-
-// Span tags. Only the token and the operation: never the key, which may hold customer data, nor
-// any payload.
-const (
-	TagToken     = "tempotent.token"
-	TagOperation = "tempotent.operation"
-)
-
 // span is one receipt step being traced; the zero span traces nothing.
 type span struct {
 	span interceptor.TracerSpan
@@ -83,7 +55,7 @@ func (s *Store) startSpan(ctx context.Context, step string, k keys.Key) (context
 	if t == nil {
 		return ctx, &span{}
 	}
-	tags := map[string]string{TagToken: k.Token().String(), TagOperation: k.Operation}
+	tags := map[string]string{telemetry.TagToken: k.Token().String(), telemetry.TagOperation: k.Operation}
 	opts := &interceptor.TracerStartSpanOptions{Operation: step, Name: k.Operation, Time: time.Now(), DependedOn: true, Tags: tags}
 	if parent := t.SpanFromContext(ctx); parent != nil {
 		opts.Parent = parent

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Receipt states.
@@ -297,7 +298,7 @@ func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
 			return nil
 		}
 	}
-	obs.count(MetricMismatched)
+	obs.count(telemetry.ReceiptMismatched)
 	return &MismatchError{Key: c.Key, Stored: r.fingerprint, Actual: c.Fingerprint}
 }
 

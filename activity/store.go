@@ -16,62 +16,45 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// Defaults applied by Config.WithDefaults.
+// Defaults of the operator's side, applied by Config.WithDefaults and Purge.
 const (
-	// SchemaDefault is the Postgres schema that holds the receipts table.
-	SchemaDefault = "tempotent"
 	// RetentionDefault is how long a finished receipt is kept. It must exceed the longest time
 	// over which the same intent can be executed again: the activity's retry horizon
 	// (ScheduleToClose), the workflow's own retries, and how far back operators may Reset a
 	// workflow. Past it, the replay-horizon guard refuses to run the activity.
 	RetentionDefault = 7 * 24 * time.Hour
-	// MaxPayloadBytesDefault bounds a stored result. Temporal refuses payloads above 2 MiB by
-	// default; a smaller limit keeps receipts rows well clear of it.
-	MaxPayloadBytesDefault = 1 << 20
-	// LeaseDefault is the lease taken when the context has no deadline (Do and DoInNewTx called
-	// outside an activity without Call.Lease). Activities lease until their own deadline.
-	LeaseDefault = time.Minute
-	// InProgressDelayMaxDefault caps the retry delay of an InProgressError: the attempt that
-	// holds the lease usually finishes long before its lease ends.
-	InProgressDelayMaxDefault = 10 * time.Second
-	// InProgressWaitDefault is how long a duplicate waits in process for a live attempt to
-	// finish before it gives up with an InProgressError.
-	InProgressWaitDefault = time.Second
 	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
 	PurgeBatchDefault = 1000
-	// LockTimeoutDefault bounds how long a receipt statement waits for a row lock held
-	// elsewhere (Postgres' lock_timeout, set for that statement alone).
-	LockTimeoutDefault = 2 * time.Second
-	// StatementTimeoutDefault bounds how long one receipt statement may run (Postgres'
-	// statement_timeout, set for that statement alone).
-	StatementTimeoutDefault = 5 * time.Second
 )
 
 // Config configures a Store. The zero Config (or nil) is valid: WithDefaults fills every field.
 type Config struct {
-	// Schema is the Postgres schema of the receipts table. Default SchemaDefault.
+	// Schema is the Postgres schema of the receipts table. Default "tempotent".
 	Schema string
 	// Retention is how long finished receipts are kept; see RetentionDefault.
 	Retention time.Duration
 	// MaxPayloadBytes bounds a stored result; a larger one is a non-retryable
-	// ErrTypePayloadTooLarge failure. Default MaxPayloadBytesDefault.
+	// ErrTypePayloadTooLarge failure. Default 1 MiB: Temporal refuses payloads above 2 MiB by
+	// default, and a smaller limit keeps receipts rows well clear of it.
 	MaxPayloadBytes int
-	// InProgressDelayMax caps the next-retry delay of an in-progress duplicate.
+	// InProgressDelayMax caps the next-retry delay of an in-progress duplicate: the attempt that
+	// holds the lease usually finishes long before its lease ends. Default 10 seconds.
 	InProgressDelayMax time.Duration
 	// InProgressWait is how long a duplicate that finds a live attempt watches its receipt
 	// (reads backing off from 5 ms to 200 ms) before it gives up with an InProgressError: a
 	// duplicate racing an attempt that finishes within it answers with that attempt's outcome,
-	// a few milliseconds later, instead of a retry seconds later. Default InProgressWaitDefault;
-	// negative turns waiting off.
+	// a few milliseconds later, instead of a retry seconds later. Default a second; negative
+	// turns waiting off.
 	InProgressWait time.Duration
 	// LockTimeout bounds how long a receipt statement waits for a row lock that another
 	// transaction holds; the statement then fails with a retryable StoreError, or, for a
 	// DoInNewTx whose duplicate holds the lock, an InProgressError. It also applies to the
 	// statements of DoInNewTx's function, so that a duplicate never waits on an attempt that
-	// stalled with its transaction open. Default LockTimeoutDefault.
+	// stalled with its transaction open. Default 2 seconds (Postgres' lock_timeout, set for that
+	// statement alone).
 	LockTimeout time.Duration
-	// StatementTimeout bounds how long one receipt statement may run. Default
-	// StatementTimeoutDefault.
+	// StatementTimeout bounds how long one receipt statement may run. Default 5 seconds
+	// (Postgres' statement_timeout, set for that statement alone).
 	StatementTimeout time.Duration
 	// DataConverter encodes results into the Temporal payloads that receipts store, and
 	// decodes them for Do's caller. Give the worker client's payload conversion without its
@@ -97,8 +80,8 @@ type Config struct {
 	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
 	// receipts go to that activity's metrics handler.
 	MetricsHandler client.MetricsHandler
-	// Tracer, when set, traces every receipt step (SpanReserve, SpanCall, SpanComplete,
-	// SpanReplay) as a child of the span in the activity's context. Give the tracer of the SDK's
+	// Tracer, when set, traces every receipt step (telemetry.SpanReserve, telemetry.SpanCall, telemetry.SpanComplete,
+	// telemetry.SpanReplay) as a child of the span in the activity's context. Give the tracer of the SDK's
 	// tracing interceptor (for OpenTelemetry, go.temporal.io/sdk/contrib/opentelemetry's
 	// NewTracer), so that the steps sit under the activity's RunActivity span. Spans carry the
 	// token and the operation, never the key or a payload.
@@ -111,13 +94,13 @@ func (c *Config) WithDefaults() Config {
 	if c != nil {
 		out = *c
 	}
-	out.Schema = cmp.Or(out.Schema, SchemaDefault)
+	out.Schema = cmp.Or(out.Schema, "tempotent")
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
-	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
-	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, InProgressDelayMaxDefault)
-	out.InProgressWait = cmp.Or(out.InProgressWait, InProgressWaitDefault)
-	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
-	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, 1<<20)
+	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, 10*time.Second)
+	out.InProgressWait = cmp.Or(out.InProgressWait, time.Second)
+	out.LockTimeout = cmp.Or(out.LockTimeout, 2*time.Second)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, 5*time.Second)
 	if out.DataConverter == nil {
 		out.DataConverter = converter.GetDefaultDataConverter()
 	}
