@@ -4,9 +4,9 @@
 package activity
 
 import (
-	"errors"
 	"time"
 
+	"github.com/tempotent/tempotent/internal/engine"
 	"github.com/tempotent/tempotent/telemetry"
 )
 
@@ -42,55 +42,6 @@ const (
 	TagOperation = telemetry.TagOperation
 )
 
-// Sentinels of the error kinds whose types carry data: errors.Is still matches each against its
-// type (errors.Is(err, ErrPayloadMismatch) is true of a *MismatchError), until they are removed.
-var (
-	// ErrPayloadMismatch is matched by *MismatchError.
-	//
-	// Deprecated: match *MismatchError with errors.As, or ErrTypePayloadMismatch after Temporal; removed in the release after next.
-	ErrPayloadMismatch = errors.New("payload mismatch")
-	// ErrInProgress is matched by *InProgressError.
-	//
-	// Deprecated: match *InProgressError with errors.As, or ErrTypeInProgress after Temporal; removed in the release after next.
-	ErrInProgress = errors.New("in progress")
-	// ErrOutcomeUnknown is matched by *OutcomeUnknownError.
-	//
-	// Deprecated: match *OutcomeUnknownError with errors.As, or ErrTypeOutcomeUnknown after Temporal; removed in the release after next.
-	ErrOutcomeUnknown = errors.New("outcome unknown")
-	// ErrFencedOut is matched by *FencedOutError.
-	//
-	// Deprecated: match *FencedOutError with errors.As, or ErrTypeFencedOut after Temporal; removed in the release after next.
-	ErrFencedOut = errors.New("fenced out")
-	// ErrBeyondHorizon is matched by *HorizonError.
-	//
-	// Deprecated: match *HorizonError with errors.As, or ErrTypeBeyondHorizon after Temporal; removed in the release after next.
-	ErrBeyondHorizon = errors.New("beyond the replay horizon")
-	// ErrPayloadTooLarge is matched by *PayloadTooLargeError.
-	//
-	// Deprecated: match *PayloadTooLargeError with errors.As, or ErrTypePayloadTooLarge after Temporal; removed in the release after next.
-	ErrPayloadTooLarge = errors.New("payload too large")
-	// ErrStore is matched by *StoreError.
-	//
-	// Deprecated: match *StoreError with errors.As, or ErrTypeStore after Temporal; removed in the release after next.
-	ErrStore = errors.New("receipt store unavailable")
-	// ErrReconcileFailed is matched by *ReconcileError.
-	//
-	// Deprecated: match *ReconcileError with errors.As, or ErrTypeReconcileFailed after Temporal; removed in the release after next.
-	ErrReconcileFailed = errors.New("reconcile failed")
-	// ErrForwardUnsettled is matched by *ForwardUnsettledError.
-	//
-	// Deprecated: match *ForwardUnsettledError with errors.As, or ErrTypeForwardUnsettled after Temporal; removed in the release after next.
-	ErrForwardUnsettled = errors.New("forward step not settled")
-	// ErrBatchUnfinished is matched by *BatchUnfinishedError.
-	//
-	// Deprecated: match *BatchUnfinishedError with errors.As, or ErrTypeBatchUnfinished after Temporal; removed in the release after next.
-	ErrBatchUnfinished = errors.New("batch unfinished")
-	// ErrCompensated is matched by *CompensatedError.
-	//
-	// Deprecated: match *CompensatedError with errors.As, or ErrTypeCompensated after Temporal; removed in the release after next.
-	ErrCompensated = errors.New("compensated")
-)
-
 // Defaults: each Config, Options and Call field's comment states its own, and
 // Config.WithDefaults and Options.WithDefaults return them.
 const (
@@ -100,7 +51,7 @@ const (
 	MaxPayloadBytesDefault = 1 << 20
 	// Deprecated: Call.Lease says its default (a minute without a deadline); removed in the
 	// release after next.
-	LeaseDefault = leaseDefault
+	LeaseDefault = time.Minute
 	// Deprecated: use Config.WithDefaults().InProgressDelayMax (10 seconds); removed in the release after next.
 	InProgressDelayMaxDefault = 10 * time.Second
 	// Deprecated: use Config.WithDefaults().InProgressWait (a second); removed in the release after next.
@@ -110,7 +61,56 @@ const (
 	// Deprecated: use Config.WithDefaults().StatementTimeout (5 seconds); removed in the release after next.
 	StatementTimeoutDefault = 5 * time.Second
 	// Deprecated: use Options.WithDefaults().DownstreamKeyMemory (24 hours); removed in the release after next.
-	DownstreamKeyMemoryDefault = downstreamKeyMemoryDefault
+	DownstreamKeyMemoryDefault = 24 * time.Hour
 	// Deprecated: use Options.WithDefaults().DownstreamSettleTime (a minute); removed in the release after next.
-	DownstreamSettleTimeDefault = downstreamSettleTimeDefault
+	DownstreamSettleTimeDefault = time.Minute
+)
+
+// Sentinels of the error kinds whose types carry data: errors.Is still matches each against its
+// type (errors.Is(err, ErrPayloadMismatch) is true of a *MismatchError), until they are removed.
+var (
+	// ErrPayloadMismatch is matched by *MismatchError.
+	//
+	// Deprecated: match *MismatchError with errors.As, or ErrTypePayloadMismatch after Temporal; removed in the release after next.
+	ErrPayloadMismatch = engine.ErrPayloadMismatch
+	// ErrInProgress is matched by *InProgressError.
+	//
+	// Deprecated: match *InProgressError with errors.As, or ErrTypeInProgress after Temporal; removed in the release after next.
+	ErrInProgress = engine.ErrInProgress
+	// ErrOutcomeUnknown is matched by *OutcomeUnknownError.
+	//
+	// Deprecated: match *OutcomeUnknownError with errors.As, or ErrTypeOutcomeUnknown after Temporal; removed in the release after next.
+	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
+	// ErrFencedOut is matched by *FencedOutError.
+	//
+	// Deprecated: match *FencedOutError with errors.As, or ErrTypeFencedOut after Temporal; removed in the release after next.
+	ErrFencedOut = engine.ErrFencedOut
+	// ErrBeyondHorizon is matched by *HorizonError.
+	//
+	// Deprecated: match *HorizonError with errors.As, or ErrTypeBeyondHorizon after Temporal; removed in the release after next.
+	ErrBeyondHorizon = engine.ErrBeyondHorizon
+	// ErrPayloadTooLarge is matched by *PayloadTooLargeError.
+	//
+	// Deprecated: match *PayloadTooLargeError with errors.As, or ErrTypePayloadTooLarge after Temporal; removed in the release after next.
+	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
+	// ErrStore is matched by *StoreError.
+	//
+	// Deprecated: match *StoreError with errors.As, or ErrTypeStore after Temporal; removed in the release after next.
+	ErrStore = engine.ErrStore
+	// ErrReconcileFailed is matched by *ReconcileError.
+	//
+	// Deprecated: match *ReconcileError with errors.As, or ErrTypeReconcileFailed after Temporal; removed in the release after next.
+	ErrReconcileFailed = engine.ErrReconcileFailed
+	// ErrForwardUnsettled is matched by *ForwardUnsettledError.
+	//
+	// Deprecated: match *ForwardUnsettledError with errors.As, or ErrTypeForwardUnsettled after Temporal; removed in the release after next.
+	ErrForwardUnsettled = engine.ErrForwardUnsettled
+	// ErrBatchUnfinished is matched by *BatchUnfinishedError.
+	//
+	// Deprecated: match *BatchUnfinishedError with errors.As, or ErrTypeBatchUnfinished after Temporal; removed in the release after next.
+	ErrBatchUnfinished = engine.ErrBatchUnfinished
+	// ErrCompensated is matched by *CompensatedError.
+	//
+	// Deprecated: match *CompensatedError with errors.As, or ErrTypeCompensated after Temporal; removed in the release after next.
+	ErrCompensated = engine.ErrCompensated
 )

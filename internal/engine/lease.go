@@ -1,4 +1,4 @@
-package activity
+package engine
 
 import (
 	"context"

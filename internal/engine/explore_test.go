@@ -1,7 +1,7 @@
 // The seeded explorer of Do's receipt state machine (TestExploreReceipts): the test, its
 // seeds and lengths, the explorer's state, and the run loop of a history (history, step).
 
-package activity
+package engine
 
 import (
 	"context"
@@ -96,7 +96,7 @@ func TestExploreReceipts(t *testing.T) {
 		x.partitioned = partitioned
 		if err := x.history(); err != nil {
 			failed = append(failed, s)
-			t.Errorf("explore: history with seed %d failed: %v\n%s\nreplay it: TEMPOTENT_EXPLORE_SEED=%d TEMPOTENT_EXPLORE_N=1 go test -v -run TestExploreReceipts ./activity/",
+			t.Errorf("explore: history with seed %d failed: %v\n%s\nreplay it: TEMPOTENT_EXPLORE_SEED=%d TEMPOTENT_EXPLORE_N=1 go test -v -run TestExploreReceipts ./internal/engine/",
 				s, err, x.trace(), s)
 			if len(failed) >= 3 {
 				break

@@ -1,4 +1,4 @@
-package activity
+package engine
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 			s.reserveArgs(Call{Key: k, Fingerprint: fp}, res, time.Hour)...))
 		require.NoError(t, err)
 		return &completion{key: k, reservation: res, fingerprint: fp,
-			outcome: outcome{state: StateCompleted, result: []byte("1")}, done: make(chan struct{})}
+			outcome: outcome{state: stateCompleted, result: []byte("1")}, done: make(chan struct{})}
 	}
 	lock := func(c *completion) (unlock func()) {
 		tx, err := pool.Begin(ctx)
@@ -146,7 +146,7 @@ func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
 
 	started := time.Now()
 	unlocked := make(chan struct{})
-	_, err = s.do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
+	_, err = s.Do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
 		if err := leaseFrom(ctx).extend(ctx, time.Minute); err != nil {
 			return nil, err
 		}
@@ -168,5 +168,5 @@ func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
 	require.NoError(t, err, "the completion gave up at the end of the lease it started with, though a heartbeat had extended it")
 	got, err := s.read(ctx, c.Key)
 	require.NoError(t, err)
-	require.Equal(t, StateCompleted, got.state)
+	require.Equal(t, stateCompleted, got.state)
 }

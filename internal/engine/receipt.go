@@ -2,7 +2,7 @@
 // the checks every path makes before it writes. Do (do.go) and the transactional forms (dotx.go)
 // share them.
 
-package activity
+package engine
 
 import (
 	"context"
@@ -21,15 +21,16 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tempotent/tempotent/internal/errtype"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Receipt states.
 const (
-	StatePending   = "pending"
-	StateCompleted = "completed"
-	StateFailed    = "failed"
+	statePending   = "pending"
+	stateCompleted = "completed"
+	stateFailed    = "failed"
 )
 
 // receipt is a receipts row as the state machine needs it.
@@ -125,7 +126,7 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 				return outcome{}, fmt.Errorf("encode result for %s: %w", ref(k), err)
 			}
 		}
-		return outcome{state: StateCompleted, result: result}, nil
+		return outcome{state: stateCompleted, result: result}, nil
 	}
 	f := s.failureOf(err)
 	failure, encErr := proto.Marshal(f)
@@ -134,7 +135,7 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 	}
 	t := textOf(f.GetApplicationFailureInfo().GetType())
 	m := textOf(f.GetMessage())
-	return outcome{state: StateFailed, failure: failure, errType: &t, errMsg: &m}, nil
+	return outcome{state: stateFailed, failure: failure, errType: &t, errMsg: &m}, nil
 }
 
 // voidResult is what a completed receipt stores for a void result (a nil payload: a nil
@@ -164,7 +165,7 @@ func isVoid(p *commonpb.Payload) bool {
 // failureOf returns the Temporal failure recorded for a final error, marked non-retryable: the
 // receipt replays it to every later attempt.
 func (s *Store) failureOf(err error) *failurepb.Failure {
-	err = toTemporal(err)
+	err = ToTemporal(err)
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		err = appErr
@@ -196,12 +197,12 @@ func textOf(s string) string {
 	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
-// isFinal reports whether err ends the intent for good, so the receipt records it and replays
+// IsFinal reports whether err ends the intent for good, so the receipt records it and replays
 // it: a non-retryable application error, or one whose type the activity's retry policy lists as
 // non-retryable. Everything else, ambiguous errors included, is retryable.
-func (s *Store) isFinal(ctx context.Context, err error) bool {
+func (s *Store) IsFinal(ctx context.Context, err error) bool {
 	var appErr *temporal.ApplicationError
-	if !errors.As(toTemporal(err), &appErr) {
+	if !errors.As(ToTemporal(err), &appErr) {
 		return false
 	}
 	if appErr.NonRetryable() {
@@ -220,7 +221,7 @@ func (s *Store) isFinal(ctx context.Context, err error) bool {
 // was one of this package's own, its typed error is the cause again, so errors.As finds it on
 // every replay.
 func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
-	if r.state == StateFailed {
+	if r.state == stateFailed {
 		return nil, s.replayFailure(k, r)
 	}
 	if r.result == nil {
@@ -236,9 +237,9 @@ func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
 func (s *Store) replayFailure(k keys.Key, r receipt) error {
 	var cause error
 	switch deref(r.errType) {
-	case ErrTypeOutcomeUnknown:
+	case errtype.OutcomeUnknown:
 		cause = &OutcomeUnknownError{Key: k, Token: k.Token(), Reason: "recorded"}
-	case ErrTypePayloadTooLarge:
+	case errtype.PayloadTooLarge:
 		cause = &PayloadTooLargeError{Key: k, Limit: s.cfg.MaxPayloadBytes}
 	}
 	if cause == nil && r.failure != nil {
@@ -309,7 +310,7 @@ func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
 // compensated it ended. A failed receipt replays its failure as ever: it claims no effect that
 // was undone.
 func checkCompensated(c Call, r receipt, obs observer) error {
-	if r.compensatedBy == "" || r.state == StateFailed {
+	if r.compensatedBy == "" || r.state == stateFailed {
 		return nil
 	}
 	obs.log("refused: the step was compensated", "compensation", r.compensatedBy)
@@ -323,8 +324,8 @@ func (s *Store) checkSize(k keys.Key, p *commonpb.Payload) error {
 	return nil
 }
 
-// encode turns a result into the payload a receipt stores. A nil result stores no payload.
-func (s *Store) encode(k keys.Key, v any) (*commonpb.Payload, error) {
+// Encode turns a result into the payload a receipt stores. A nil result stores no payload.
+func (s *Store) Encode(k keys.Key, v any) (*commonpb.Payload, error) {
 	if v == nil {
 		return nil, nil
 	}

@@ -1,7 +1,7 @@
 // The explorer's scenes: the scripted openings that half the histories begin with, each setting
 // up what a guard of the state machine is for and leaving the rest to chance.
 
-package activity
+package engine
 
 // staleAttempt sets up what the guards are for, and leaves the rest to chance: an attempt
 // that reached the function is made stale by a fault (its lease ended by the clock, or its

@@ -1,4 +1,4 @@
-package activity
+package engine
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/tempotent/tempotent/telemetry"
 )
 
-type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
+// TxFunc is the function of the transactional paths: PayloadFunc, writing through tx.
+type TxFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
 
-// doTx runs the local-mutation path: the receipt and the caller's writes commit in one
+// DoInNewTx runs the local-mutation path (activity.DoInNewTx): the receipt and the caller's writes commit in one
 // transaction, so the local effect happens exactly once.
 //
 // Round trips: as many as the caller's own transaction. BEGIN and the read of an existing receipt
@@ -23,7 +24,7 @@ type txFunc func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error)
 // blocks on the receipts' unique index at that INSERT until the first commits; its INSERT then
 // fails, which turns its COMMIT into a rollback of its business writes, and it replays the first
 // one's receipt.
-func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload, error) {
+func (s *Store) DoInNewTx(ctx context.Context, c Call, fn TxFunc) (*commonpb.Payload, error) {
 	if err := s.check(&c); err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (s *Store) doTx(ctx context.Context, c Call, fn txFunc) (*commonpb.Payload,
 			obs.count(telemetry.ReceiptInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.inProgressDelay(s.cfg.LockTimeout)}
 		}
-		if !s.isFinal(ctx, err) {
+		if !s.IsFinal(ctx, err) {
 			return nil, err // nothing was written; the retry runs fn again
 		}
 		wctx, cancel := s.writeContext(ctx)
@@ -173,7 +174,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if err := checkCompensated(c, r, obs); err != nil {
 		return nil, err
 	}
-	if r.state == StatePending {
+	if r.state == statePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and the transactional paths (RegisterTx, DoInNewTx, DoInTx).
 		obs.count(telemetry.ReceiptInProgress)
 		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}
@@ -188,11 +189,11 @@ func (s *Store) finalArgs(c Call, o outcome) []any {
 		o.state, o.result, o.failure, o.errType, o.errMsg, s.cfg.Retention.Microseconds()}, c.origin.args()...)
 }
 
-// doInTx runs the local-mutation path in the caller's transaction: the receipt commits when the
+// DoInTx runs the local-mutation path in the caller's transaction (activity.DoInTx): the receipt commits when the
 // caller commits. It works inside a savepoint so that a failing fn, or a duplicate's receipt
 // found at the INSERT, undoes only what it wrote. It sends no settings: set_config(…, true)
 // would outlive the savepoint and change the caller's transaction.
-func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*commonpb.Payload, error) {
+func (s *Store) DoInTx(ctx context.Context, tx pgx.Tx, c Call, fn TxFunc) (*commonpb.Payload, error) {
 	if err := s.check(&c); err != nil {
 		return nil, err
 	}
@@ -224,7 +225,7 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 		if rbErr := sp.Rollback(ctx); rbErr != nil {
 			return nil, &StoreError{Op: "roll back to savepoint", Key: k, Err: errors.Join(err, rbErr)}
 		}
-		if !s.isFinal(ctx, err) {
+		if !s.IsFinal(ctx, err) {
 			return nil, err
 		}
 		out, oerr := s.outcome(k, nil, err)

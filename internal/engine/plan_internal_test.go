@@ -1,4 +1,4 @@
-package activity
+package engine
 
 import (
 	"context"
@@ -142,7 +142,7 @@ func keyedStatements(t *testing.T, s *Store) []keyedStatement {
 	completed := func(id string) *completion {
 		c := reserveCall(t, id, true)
 		return &completion{key: c.Key, reservation: newReservation(), fingerprint: c.Fingerprint,
-			outcome: outcome{state: StateCompleted, result: []byte("1")}}
+			outcome: outcome{state: stateCompleted, result: []byte("1")}}
 	}
 	reservation := func(id string) *reserveReq {
 		return &reserveReq{call: reserveCall(t, id, true), reservation: newReservation(), lease: time.Minute}

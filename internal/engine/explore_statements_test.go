@@ -2,7 +2,7 @@
 // statement, runs it, loses its reply or fails it as a terminated backend would, and keeps the
 // explorer's model of who holds which receipt after it ran.
 
-package activity
+package engine
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func (s *Store) statementName(sql string) string {
 	for name, stmt := range map[string]string{
 		"reserve": s.sql.reserve, "read": s.sql.read, "takeOver": s.sql.takeOver, "complete": s.sql.complete,
 		"completeSkipLocked": s.sql.completeSkipLocked, "completeBatch": s.sql.completeBatch, "release": s.sql.release,
-		"extend": s.sql.extend, "purge": s.sql.purge, "countUnresolved": s.sql.countUnresolved,
+		"extend": s.sql.extend,
 	} {
 		if sql == stmt {
 			return name

@@ -2,7 +2,7 @@
 // retention passing and Purge, the downstream forgetting a token, a receipt locked by another
 // transaction, and held requests landing.
 
-package activity
+package engine
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func (x *explorer) purgeNow() error {
 		default:
 			continue
 		}
-		if r.state != StatePending {
+		if r.state != statePending {
 			k.retired = true
 		}
 	}

@@ -1,7 +1,7 @@
 // The explorer's scheduler: the actions it hands an attempt parked at a point, the seeded choice
 // of them, starting attempts, and running them one point at a time (park, await, resume, drain).
 
-package activity
+package engine
 
 import (
 	"context"
@@ -164,7 +164,7 @@ func (x *explorer) start(k *explKey, payload int) error {
 	}
 	x.logf("attempt %d starts: key %s payload %d", a.id, k.key.ID, payload)
 	go func() {
-		r, err := Do(context.Background(), s, c, func(ctx context.Context) (explResult, error) {
+		r, err := doTyped(context.Background(), s, c, func(ctx context.Context) (explResult, error) {
 			a.inFn = true
 			defer func() { a.inFn = false }()
 			if a.park("heartbeat", nil) == heartbeatNow {

@@ -1,7 +1,7 @@
 // The invariants the explorer checks: as an attempt calls the downstream and as it finishes, and
 // after a history, once every key has been driven to a final answer.
 
-package activity
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/internal/errtype"
 )
 
 // checkCall is called when a reaches the downstream call.
@@ -78,7 +80,7 @@ func (x *explorer) resolve(k *explKey) error {
 			return nil
 		case errors.As(a.err, new(*MismatchError)):
 			continue
-		case errors.As(toTemporal(a.err), &appErr) && appErr.NonRetryable():
+		case errors.As(ToTemporal(a.err), &appErr) && appErr.NonRetryable():
 			if !finalTypes[appErr.Type()] {
 				return fmt.Errorf("%s ended with a %s error, which is not an outcome of the intent: %v", k.key.ID, appErr.Type(), a.err)
 			}
@@ -97,7 +99,7 @@ func (x *explorer) resolve(k *explKey) error {
 // finalTypes are the errors that may end an intent: the downstream's own answers, and the
 // state machine's refusals. A reconcile function's error (the lookup's 401) is not among them.
 var finalTypes = map[string]bool{
-	"Declined": true, "DownstreamMismatch": true, ErrTypePayloadMismatch: true, ErrTypeOutcomeUnknown: true, ErrTypeBeyondHorizon: true,
+	"Declined": true, "DownstreamMismatch": true, errtype.PayloadMismatch: true, errtype.OutcomeUnknown: true, errtype.BeyondHorizon: true,
 }
 
 func (x *explorer) checkFinal() error {

@@ -1,7 +1,7 @@
 // The explorer's model of the world: its keys, the results and the attempts as it tracks them,
 // and the downstream, which deduplicates on the token or applies every request.
 
-package activity
+package engine
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package activity
+package engine
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func TestReservationBatchAnswersEachAttempt(t *testing.T) {
 	s.receipts = rec
 
 	done, held := reserveCall(t, "done", true), reserveCall(t, "held", true)
-	_, err := Do(ctx, s, done, func(context.Context) (string, error) { return "paid", nil })
+	_, err := doTyped(ctx, s, done, func(context.Context) (string, error) { return "paid", nil })
 	require.NoError(t, err)
 	heldRes := newReservation()
 	_, err = s.reserveOne(ctx, &reserveReq{call: held, reservation: heldRes, lease: time.Hour})
@@ -101,9 +101,9 @@ func TestReservationBatchAnswersEachAttempt(t *testing.T) {
 	require.True(t, batch[0].receipt.inserted)
 	require.True(t, batch[2].receipt.inserted)
 	require.False(t, batch[1].receipt.inserted)
-	require.Equal(t, StateCompleted, batch[1].receipt.state)
+	require.Equal(t, stateCompleted, batch[1].receipt.state)
 	require.False(t, batch[3].receipt.inserted)
-	require.Equal(t, StatePending, batch[3].receipt.state)
+	require.Equal(t, statePending, batch[3].receipt.state)
 	require.Equal(t, heldRes.uuid(), batch[3].receipt.reservation, "the pending receipt found is not the one there")
 
 	for _, r := range []*reserveReq{batch[0], batch[2]} {
@@ -151,7 +151,7 @@ func TestConcurrentReservationsShareAStatement(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			c := reserveCall(t, fmt.Sprint("k", i), true)
-			got, err := Do(ctx, s, c, func(context.Context) (int, error) {
+			got, err := doTyped(ctx, s, c, func(context.Context) (int, error) {
 				_, again := calls.LoadOrStore(i, true)
 				require.False(t, again)
 				return i, nil
@@ -188,7 +188,7 @@ func TestConcurrentReservationsShareAStatement(t *testing.T) {
 		var state string
 		require.NoError(t, s.db.QueryRow(ctx, fmt.Sprintf(`SELECT state FROM %s WHERE id = $1`,
 			pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize()), fmt.Sprint("k", i)).Scan(&state))
-		require.Equal(t, StateCompleted, state)
+		require.Equal(t, stateCompleted, state)
 	}
 }
 
@@ -309,7 +309,7 @@ func TestCancelledWhileQueuedLeavesNoPossibleEffect(t *testing.T) {
 	s.receipts = rec
 
 	first := reserveCall(t, "first", false)
-	go func() { _, _ = Do(ctx, s, first, func(context.Context) (int, error) { return 1, nil }) }()
+	go func() { _, _ = doTyped(ctx, s, first, func(context.Context) (int, error) { return 1, nil }) }()
 	require.Eventually(t, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -321,7 +321,7 @@ func TestCancelledWhileQueuedLeavesNoPossibleEffect(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {
-		_, err := Do(cctx, s, queued, func(context.Context) (int, error) { return 0, errors.New("a cancelled attempt called") })
+		_, err := doTyped(cctx, s, queued, func(context.Context) (int, error) { return 0, errors.New("a cancelled attempt called") })
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -335,7 +335,7 @@ func TestCancelledWhileQueuedLeavesNoPossibleEffect(t *testing.T) {
 
 	time.Sleep(2 * queued.Lease)
 	queued.Lease = 0
-	got, err := Do(ctx, s, queued, func(context.Context) (int, error) { return 7, nil })
+	got, err := doTyped(ctx, s, queued, func(context.Context) (int, error) { return 7, nil })
 	require.NoError(t, err, "the next attempt did not call")
 	require.Equal(t, 7, got)
 }

@@ -1,7 +1,7 @@
 // The explorer on the partitioned table (TEMPOTENT_TEST_PARTITIONED): its partitions, and
 // receipts moved into an old day at any moment for Purge to move back.
 
-package activity
+package engine
 
 import (
 	"context"
