@@ -45,7 +45,7 @@ const (
 // Defaults: each Config, Options and Call field's comment states its own, and
 // Config.WithDefaults and Options.WithDefaults return them.
 const (
-	// Deprecated: use Config.WithDefaults().Schema ("tempotent"); removed in the release after next.
+	// Deprecated: use migrate.SchemaDefault, or Config.WithDefaults().Schema ("tempotent"); removed in the release after next.
 	SchemaDefault = "tempotent"
 	// Deprecated: use Config.WithDefaults().MaxPayloadBytes (1 MiB); removed in the release after next.
 	MaxPayloadBytesDefault = 1 << 20
