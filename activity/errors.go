@@ -35,7 +35,7 @@ const (
 )
 
 // ErrMisconfigured: the activity's code or its worker is set up wrong, so no retry can succeed
-// (errtype.Misconfigured once it has crossed into Temporal). It is never returned alone: the error
+// (ErrTypeMisconfigured once it has crossed into Temporal). It is never returned alone: the error
 // that wraps it says what is wrong and what to do (install NewInterceptor, give Items.ID…). The
 // other kinds of error are types that carry their data (*MismatchError, *InProgressError, …):
 // match them with errors.As, or by their ErrType after they crossed into Temporal.

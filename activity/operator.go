@@ -114,6 +114,8 @@ func (o operator) checkSize(k keys.Key, p *commonpb.Payload) error { return o.e.
 // storedOutcome is the result column of a completed receipt.
 type storedOutcome struct{ result []byte }
 
+// outcome is the stored result of a receipt completed with p, for an operator's resolution; the
+// error argument is always nil there (a resolution records a result, never a failure).
 func (o operator) outcome(k keys.Key, p *commonpb.Payload, _ error) (storedOutcome, error) {
 	r, err := o.e.StoredResult(k, p)
 	return storedOutcome{result: r}, err
