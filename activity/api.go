@@ -1,49 +1,13 @@
 package activity
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
-	sdkactivity "go.temporal.io/sdk/activity"
 
-	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/internal/engine"
 )
-
-// Options says what a registered activity's downstream guarantees. Its key is not among them:
-// workflow code decides every activity's key (see the keys package). The zero Options treats the
-// downstream as one that does not deduplicate.
-type Options struct {
-	// DownstreamDeduplicates: see Call.DownstreamDeduplicates.
-	DownstreamDeduplicates bool
-	// DownstreamKeyMemory: see Call.DownstreamKeyMemory.
-	DownstreamKeyMemory time.Duration
-	// DownstreamSettleTime: see Call.DownstreamSettleTime. For a compensation, give the forward
-	// step's downstream's: ForwardSettled waits it out.
-	DownstreamSettleTime time.Duration
-	// Reconcile: see Call.Reconcile.
-	Reconcile ReconcileFunc
-	// Batch declares an activity that makes its effects only through ForEach, each item under
-	// its own receipt: calling it again is safe whenever, so a takeover of its own receipt after
-	// a crash runs it again (its settled items replay) instead of failing with an unknown
-	// outcome. The downstream fields above do not apply to it: give the items' downstream in
-	// ForEach's Items.Options.
-	Batch bool
-}
-
-func (o Options) validate() error {
-	switch {
-	case o.DownstreamKeyMemory < 0:
-		return errors.New("Options.DownstreamKeyMemory is negative; give a duration, or zero for the default")
-	case o.DownstreamSettleTime < 0:
-		return errors.New("Options.DownstreamSettleTime is negative; give a duration, or zero for the default")
-	}
-	return nil
-}
 
 // Do runs fn at most once per c.Key and returns its result, or the result recorded by an
 // earlier execution of the same intent (DESIGN.md at the module's root, external effect path). It
@@ -62,12 +26,12 @@ func (o Options) validate() error {
 // lease so the next attempt takes over at once. The errors Do returns are Temporal application
 // errors with the ErrType constants as types, wrapping the typed errors of this package.
 func Do[T any](ctx context.Context, s *Store, c Call, fn func(context.Context) (T, error)) (T, error) {
-	p, err := s.do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
+	p, err := s.eng.Do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
 		out, err := fn(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return s.encode(c.Key, out)
+		return s.eng.Encode(c.Key, out)
 	})
 	return decode[T](s, p, err)
 }
@@ -82,12 +46,12 @@ func Do[T any](ctx context.Context, s *Store, c Call, fn func(context.Context) (
 //
 // A key must not be used both with Do and a transactional form.
 func DoInNewTx[T any](ctx context.Context, s *Store, c Call, fn func(context.Context, pgx.Tx) (T, error)) (T, error) {
-	p, err := s.doTx(ctx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
+	p, err := s.eng.DoInNewTx(ctx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
 		out, err := fn(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
-		return s.encode(c.Key, out)
+		return s.eng.Encode(c.Key, out)
 	})
 	return decode[T](s, p, err)
 }
@@ -107,60 +71,20 @@ func DoInNewTx[T any](ctx context.Context, s *Store, c Call, fn func(context.Con
 //
 // The Store's lock and statement timeouts do not apply: tx's own settings do.
 func DoInTx[T any](ctx context.Context, s *Store, tx pgx.Tx, c Call, fn func(context.Context, pgx.Tx) (T, error)) (T, error) {
-	p, err := s.doInTx(ctx, tx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
+	p, err := s.eng.DoInTx(ctx, tx, c, func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
 		out, err := fn(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
-		return s.encode(c.Key, out)
+		return s.eng.Encode(c.Key, out)
 	})
 	return decode[T](s, p, err)
-}
-
-// callFor builds the Call for the registered activity running in ctx.
-func (s *Store) callFor(ctx context.Context, opts Options, in any) (Call, error) {
-	if !sdkactivity.IsActivity(ctx) {
-		return Call{}, errors.New("tempotent: a registered activity was called outside an activity context; call Do, DoInNewTx or DoInTx with a Call instead")
-	}
-	if !intercepted(ctx) {
-		return Call{}, errNoInterceptor("a registered activity")
-	}
-	k, err := keys.FromActivity(ctx)
-	if err != nil {
-		return Call{}, err
-	}
-	// The input is fingerprinted as the activity's argument list, as it was before Request
-	// existed, so receipts recorded then keep matching.
-	req := []any{in}
-	fp, err := keys.FingerprintOf(req)
-	if err != nil {
-		return Call{}, err
-	}
-	return Call{
-		Key:                    k,
-		Request:                req,
-		Fingerprint:            fp,
-		ScheduledAt:            sdkactivity.GetInfo(ctx).ScheduledTime,
-		DownstreamDeduplicates: opts.DownstreamDeduplicates || opts.Batch,
-		DownstreamKeyMemory:    cmp.Or(batchKeyMemory(opts.Batch), opts.DownstreamKeyMemory),
-		DownstreamSettleTime:   opts.DownstreamSettleTime,
-		Reconcile:              opts.Reconcile,
-	}, nil
-}
-
-// batchKeyMemory is how long a Batch activity's "downstream" — its items' receipts — remembers
-// its calls: forever, as far as a takeover is concerned (the horizon guard ends it).
-func batchKeyMemory(batch bool) time.Duration {
-	if batch {
-		return math.MaxInt64
-	}
-	return 0
 }
 
 func decode[T any](s *Store, p *commonpb.Payload, err error) (T, error) {
 	var out T
 	if err != nil {
-		return out, toTemporal(err)
+		return out, engine.ToTemporal(err)
 	}
 	if p != nil {
 		if err := s.cfg.DataConverter.FromPayload(p, &out); err != nil {

@@ -2,32 +2,13 @@ package activity
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	sdkactivity "go.temporal.io/sdk/activity"
-
-	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/internal/engine"
 )
 
 // ErrNotACompensation is returned by ForwardSettled outside a compensation that runs under a
 // receipt.
-var ErrNotACompensation = errors.New("not a compensation running under a receipt")
-
-type runningKey struct{}
-
-// running is what an attempt's context says about the call it runs under, for ForwardSettled.
-type running struct {
-	store  *Store
-	call   Call
-	passes passes // ForEach's, in this attempt
-}
-
-func withRunning(ctx context.Context, s *Store, c Call) context.Context {
-	return context.WithValue(ctx, runningKey{}, &running{store: s, call: c})
-}
+var ErrNotACompensation = engine.ErrNotACompensation
 
 // ForwardSettled tells a compensation whether "the forward effect is not there" is final. Call
 // it when the downstream answers that there is nothing to undo (no charge under the forward
@@ -64,60 +45,5 @@ func withRunning(ctx context.Context, s *Store, c Call) context.Context {
 // activity runs under a receipt (Register or RegisterTx); elsewhere it returns an error
 // matching ErrNotACompensation.
 func ForwardSettled(ctx context.Context) error {
-	rc, _ := ctx.Value(runningKey{}).(*running)
-	forward, ok := keys.CompensatedKeyFrom(ctx)
-	if rc == nil || !ok {
-		return fmt.Errorf("activity.ForwardSettled: %w: call it in a compensation scheduled by saga.Saga.Step (keys.WithCompensation) whose activity runs registered with Register or RegisterTx",
-			ErrNotACompensation)
-	}
-	settle := rc.call.settleTime()
-	unsettled := func(wait time.Duration) error {
-		return &ForwardUnsettledError{Forward: forward, RetryAfter: rc.store.retryAfter(wait)}
-	}
-	s := rc.store
-	var (
-		state               string
-		leaseUS, finishedUS *int64
-		effectPossible      bool
-	)
-	err := s.queryRow(ctx, s.receipts, s.sql.settings, fmt.Sprintf(readForward, s.table()),
-		forward.Namespace, forward.Tenant, forward.Operation, forward.ID).Scan(&state, &leaseUS, &effectPossible, &finishedUS)
-	lease := usOf(leaseUS)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		if since := time.Since(sdkactivity.GetInfo(ctx).ScheduledTime); since < settle {
-			return unsettled(settle - since)
-		}
-		return nil
-	case err != nil:
-		return &StoreError{Op: "read forward", Key: forward, Err: err}
-	case state != StatePending:
-		// Completed or failed: the effect may have happened up to the moment it was recorded.
-		if since := usOf(finishedUS); since < settle {
-			return unsettled(settle - since)
-		}
-		return nil
-	case lease > 0:
-		return unsettled(lease + settle) // a forward attempt is still running
-	case !effectPossible:
-		return nil // its last attempt certainly sent nothing
-	case -lease < settle:
-		return unsettled(settle + lease)
-	}
-	return nil
-}
-
-// readForward reads what ForwardSettled needs of the forward step's receipt (%s is the table; $1–$4
-// its key): its state, the time left on its lease in microseconds (negative once ended), whether
-// an effect is possible, and how long ago it was finished (completed or failed; updated_at for a
-// receipt from before completed_at was always set).
-const readForward = `SELECT state, (extract(epoch FROM lease_expires_at - now()) * 1000000)::bigint, effect_possible,
-	CASE WHEN state <> 'pending' THEN (extract(epoch FROM now() - coalesce(completed_at, updated_at)) * 1000000)::bigint END
-FROM %s WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)`
-
-func usOf(us *int64) time.Duration {
-	if us == nil {
-		return 0
-	}
-	return time.Duration(*us) * time.Microsecond
+	return engine.ForwardSettled(ctx)
 }

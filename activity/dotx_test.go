@@ -152,7 +152,7 @@ func TestDoTx(t *testing.T) {
 		_, err := activity.DoInNewTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 1}), reserve(schema, 1))
 		require.NoError(t, err)
 		_, err = activity.DoInNewTx(ctx, s, call(t, "order-5/reserve", map[string]int{"units": 2}), reserve(schema, 2))
-		require.ErrorIs(t, err, activity.ErrPayloadMismatch)
+		require.ErrorAs(t, err, new(*activity.MismatchError))
 		stock, _ := units(t, schema)
 		require.Equal(t, 9, stock)
 	})

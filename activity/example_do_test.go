@@ -65,7 +65,7 @@ func ExampleDo() {
 	_, err := activity.Do(ctx, store, charge(999), provider)
 
 	fmt.Println(first == again, calls)
-	fmt.Println(err != nil && errors.Is(err, activity.ErrPayloadMismatch))
+	fmt.Println(err != nil && errors.As(err, new(*activity.MismatchError)))
 	// Output:
 	// true 1
 	// true

@@ -49,7 +49,7 @@ func ExampleForEach() {
 			Options:   activity.Options{DownstreamDeduplicates: true},
 		}, transfer)
 		if err != nil {
-			return 0, err // activity.ErrBatchUnfinished: Temporal retries the batch
+			return 0, err // a *activity.BatchUnfinishedError: Temporal retries the batch
 		}
 		replayed := 0
 		for _, r := range results {

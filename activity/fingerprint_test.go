@@ -35,7 +35,7 @@ func TestFingerprintTagsDecideWhatReplays(t *testing.T) {
 	require.NoError(t, err, "a left-out field, or an empty slice for a nil one, made a retry a mismatch")
 	require.Equal(t, first, again)
 	_, err = do(Transfer2{Seller: "s1", Amount: 11})
-	require.ErrorIs(t, err, activity.ErrPayloadMismatch)
+	require.ErrorAs(t, err, new(*activity.MismatchError))
 	require.Equal(t, 1, calls)
 }
 
@@ -62,10 +62,10 @@ func TestReceiptsOfVersion1KeepMatching(t *testing.T) {
 	require.NoError(t, err, "a version-1 receipt did not match its own request")
 	require.Equal(t, 7, got)
 	_, err = activity.Do(ctx, s, activity.Call{Key: k, Fingerprint: v2, DownstreamDeduplicates: true}, pay)
-	require.ErrorIs(t, err, activity.ErrPayloadMismatch, "without the request, versions 1 and 2 of different text cannot match")
+	require.ErrorAs(t, err, new(*activity.MismatchError), "without the request, versions 1 and 2 of different text cannot match")
 	changed := req
 	changed.Amount = 11
 	_, err = activity.Do(ctx, s, activity.Call{Key: k, Request: changed, DownstreamDeduplicates: true}, pay)
-	require.ErrorIs(t, err, activity.ErrPayloadMismatch)
+	require.ErrorAs(t, err, new(*activity.MismatchError))
 	require.Equal(t, 1, calls)
 }

@@ -186,7 +186,7 @@ func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
 	}
 	for range 2 {
 		_, err := activity.Do(ctx, s, c, fn)
-		require.ErrorIs(t, err, activity.ErrPayloadTooLarge)
+		require.ErrorAs(t, err, new(*activity.PayloadTooLargeError))
 		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadTooLarge, false)
 	}
 	require.Equal(t, 1, calls)
@@ -210,7 +210,7 @@ func TestResultAtTheLimitIsStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, result, got)
 	_, err = activity.Do(ctx, s, call(t, "order-2/export", 1), func(context.Context) (string, error) { return result + "x", nil })
-	require.ErrorIs(t, err, activity.ErrPayloadTooLarge)
+	require.ErrorAs(t, err, new(*activity.PayloadTooLargeError))
 }
 
 func TestUnmigratedStoreSaysWhatToDo(t *testing.T) {
@@ -218,7 +218,7 @@ func TestUnmigratedStoreSaysWhatToDo(t *testing.T) {
 	s, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t)})
 	require.NoError(t, err)
 	_, err = activity.Do(context.Background(), s, call(t, "order-1", 1), func(context.Context) (int, error) { return 1, nil })
-	require.ErrorIs(t, err, activity.ErrStore)
+	require.ErrorAs(t, err, new(*activity.StoreError))
 	require.ErrorContains(t, err, "Migrate")
 }
 

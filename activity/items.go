@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
-	"sync/atomic"
 
-	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
-	sdkactivity "go.temporal.io/sdk/activity"
 
+	"github.com/tempotent/tempotent/internal/engine"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -63,7 +60,7 @@ func (o Items[In]) validate() error {
 	if err := (keys.Key{Namespace: "-", Operation: o.Operation, ID: "-"}).Validate(); err != nil {
 		return fmt.Errorf("Items.Operation %q is the items' key operation: %w", o.Operation, err)
 	}
-	return o.Options.validate()
+	return o.Options.Validate()
 }
 
 // ItemResult is what one item of a batch came to.
@@ -89,20 +86,11 @@ func (r ItemResult[Out]) Settled() bool { return r.Err == nil || r.final }
 
 // Progress is what ForEach records as the activity's heartbeat details after each item: how far
 // the attempt has come, for whoever reads it (the Temporal UI, a human). A retry does not need
-// it, since every item's receipt says whether it is settled.
-type Progress struct {
-	// Settled is how many items have a final outcome (ItemResult.Settled): a result, new or
-	// replayed, or a recorded error. An item that failed with a retryable error, left to the
-	// activity's retry, is not settled.
-	Settled int
-	// Failed is how many of the settled items have a recorded error (a decline, a payload
-	// mismatch): final, so no retry runs them. {Settled: 403, Failed: 3, Total: 1000} reads "400
-	// done, 3 declined, 597 left".
-	Failed int
-	// Total is how many items the call runs or replays: each item ID once, without the items
-	// refused before they run (an invalid ID).
-	Total int
-}
+// it, since every item's receipt says whether it is settled. Settled is how many items have a
+// final outcome (ItemResult.Settled), Failed how many of those have a recorded error, Total how
+// many items the call runs or replays: {Settled: 403, Failed: 3, Total: 1000} reads "400 done,
+// 3 declined, 597 left".
+type Progress = engine.Progress
 
 // ForEach runs fn once per item of a batch activity (a payout to 1,000 payees, a mailing), each
 // item under its own receipt: a key derived from the activity's key and the item's ID
@@ -117,7 +105,7 @@ type Progress struct {
 //     together (Items.Concurrency) sharing commits, and an item whose earlier attempt may have
 //     had its effect is taken over with the same token, or reconciled.
 //
-// It returns one result per item, in the order given, and an error matching ErrBatchUnfinished
+// It returns one result per item, in the order given, and a *BatchUnfinishedError
 // when some item is not settled (a retryable error of type ErrTypeBatchUnfinished, which is how
 // a workflow sees it): return that error from the activity, and Temporal's retry runs the rest. An item's non-retryable error (a decline, a payload
 // mismatch) is that item's alone; the others go on.
@@ -135,86 +123,44 @@ type Progress struct {
 // or fn's, extends the lease of the activity's receipt and of every item running.
 func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In], fn func(context.Context, In) (Out, error)) ([]ItemResult[Out], error) {
 	if err := o.validate(); err != nil {
-		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %w", ErrMisconfigured, err))
+		return nil, engine.ToTemporal(fmt.Errorf("activity.ForEach: %w: %w", ErrMisconfigured, err))
 	}
-	batch, err := s.batchCall(ctx, o.Operation)
+	b, err := s.eng.Batch(ctx, o.Operation, reflect.TypeFor[In](), reflect.TypeFor[Out]())
 	if err != nil {
-		return nil, toTemporal(err)
+		return nil, engine.ToTemporal(err)
 	}
-	if err := batch.passes.claim(o.Operation, reflect.TypeFor[In](), reflect.TypeFor[Out]()); err != nil {
-		return nil, toTemporal(fmt.Errorf("activity.ForEach: %w: %s: %w", ErrMisconfigured, ref(batch.Key), err))
-	}
-
 	results := make([]ItemResult[Out], len(items))
-	calls := make([]Call, len(items))
-	first := make(map[string]int, len(items)) // item ID → index of its first item
-	var run []int                             // first items to look up and run
+	same := make([]int, len(items)) // the earlier item of the same ID, or -1
 	for i, item := range items {
-		id := o.ID(item)
-		results[i].ID = id
-		c, err := batch.item(id, item, o.Options)
-		calls[i] = c
-		if err == nil {
-			err = s.check(&calls[i])
-		}
-		switch j, seen := first[id]; {
-		case err != nil:
-			results[i].Err = err
-		case seen && !calls[i].Fingerprint.Matches(calls[j].Fingerprint):
-			results[i].Err = &MismatchError{Key: calls[i].Key, Stored: calls[j].Fingerprint, Actual: calls[i].Fingerprint}
-		case !seen:
-			first[id] = i
-			run = append(run, i)
-		}
+		results[i].ID = o.ID(item)
+		same[i], results[i].Err = b.Add(results[i].ID, item, o.Options)
 	}
-
-	settled, err := s.lookup(ctx, batch.Key, batch.operation, calls, run)
-	var compensated *CompensatedError
-	switch {
-	case errors.As(err, &compensated):
-		newObserver(ctx, s, batch.Key).log("refused: the step was compensated", "compensation", compensated.Compensation)
-		return nil, toTemporal(err)
-	case err != nil:
-		return nil, toTemporal(&StoreError{Op: "read items", Key: batch.Key, Err: err})
+	if err := b.Lookup(ctx); err != nil {
+		return nil, engine.ToTemporal(err)
 	}
-	if len(settled) > 0 {
-		newObserver(ctx, s, batch.Key).log("batch resumed: its settled items replay", "settled", len(settled), "items", len(run))
-	}
-
-	live := &itemLeases{parent: leaseFrom(ctx), live: make(map[*leaseHolder]struct{})}
-	ctx = context.WithValue(ctx, itemLeasesKey{}, live)
-	var (
-		mu       sync.Mutex
-		progress = Progress{Total: len(run)}
-	)
-	each := func(i int) {
+	b.Run(ctx, o.Concurrency, func(ctx context.Context, i int) (settled, failed bool) {
 		r := &results[i]
-		r.Out, r.Replayed, r.Err = runItem(ctx, s, calls[i], settled[calls[i].Key.ID], items[i], fn)
-		r.Err = toTemporal(r.Err)
-		r.final = r.Err != nil && s.isFinal(ctx, r.Err)
-		mu.Lock()
-		if r.Settled() {
-			progress.Settled++
-		}
-		if r.final {
-			progress.Failed++
-		}
-		now := progress
-		mu.Unlock()
-		if sdkactivity.IsActivity(ctx) {
-			sdkactivity.RecordHeartbeat(ctx, now)
-		}
-	}
-	parallel(run, cmp.Or(max(o.Concurrency, 0), 1), each)
+		p, called, err := b.Item(ctx, i, func(ctx context.Context) (*commonpb.Payload, error) {
+			v, err := fn(ctx, items[i])
+			if err != nil {
+				return nil, err
+			}
+			return s.eng.Encode(b.ItemKey(i), v)
+		})
+		r.Out, r.Err = decode[Out](s, p, err)
+		r.Replayed = !called && r.Err == nil
+		r.final = r.Err != nil && s.eng.IsFinal(ctx, r.Err)
+		return r.Settled(), r.final
+	})
 
-	unfinished := &BatchUnfinishedError{Key: batch.Key, Total: len(items)}
+	unfinished := &BatchUnfinishedError{Key: b.Key(), Total: len(items)}
 	for i := range results {
-		if j, ok := first[results[i].ID]; ok && j != i && results[i].Err == nil {
+		if j := same[i]; j >= 0 && results[i].Err == nil {
 			results[i] = results[j] // the same intent: what the first came to
 			results[i].Replayed = true
 		}
-		results[i].Err = toTemporal(results[i].Err) // again for the items that did not run
-		results[i].final = results[i].Err != nil && s.isFinal(ctx, results[i].Err)
+		results[i].Err = engine.ToTemporal(results[i].Err) // again for the items that did not run
+		results[i].final = results[i].Err != nil && s.eng.IsFinal(ctx, results[i].Err)
 		if !results[i].Settled() {
 			unfinished.Unfinished++
 			unfinished.First = cmp.Or(unfinished.First, results[i].ID)
@@ -222,262 +168,7 @@ func ForEach[In, Out any](ctx context.Context, s *Store, items []In, o Items[In]
 		}
 	}
 	if unfinished.Unfinished > 0 {
-		return results, toTemporal(unfinished)
+		return results, engine.ToTemporal(unfinished)
 	}
 	return results, nil
 }
-
-// runItem replays the item's settled receipt, or runs it through the state machine.
-func runItem[In, Out any](ctx context.Context, s *Store, c Call, r *receipt, item In, fn func(context.Context, In) (Out, error)) (Out, bool, error) {
-	var (
-		out    Out
-		called bool
-		p      *commonpb.Payload
-		err    error
-	)
-	if r != nil {
-		obs := newObserver(ctx, s, c.Key)
-		if err := s.checkFingerprint(c, *r, obs); err != nil {
-			return out, false, err
-		}
-		obs.count(MetricReplayed)
-		p, err = s.replay(c.Key, *r)
-	} else {
-		p, err = s.do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
-			called = true
-			v, err := fn(ctx, item)
-			if err != nil {
-				return nil, err
-			}
-			return s.encode(c.Key, v)
-		})
-	}
-	out, err = decode[Out](s, p, err)
-	return out, !called && err == nil, err
-}
-
-// parallel calls each for every index, at most n at once, and returns when all returned. A
-// panic in each is raised again in the caller once the others are done, where the SDK turns it
-// into the activity's error, as it does for a panic in the activity itself; left in a goroutine
-// of its own, it would end the worker process.
-func parallel(indexes []int, n int, each func(int)) {
-	if n == 1 {
-		for _, i := range indexes {
-			each(i)
-		}
-		return
-	}
-	var (
-		next     = make(chan int)
-		wg       sync.WaitGroup
-		panicked atomic.Pointer[any]
-	)
-	for range min(n, len(indexes)) {
-		wg.Go(func() {
-			defer func() {
-				if r := recover(); r != nil {
-					panicked.CompareAndSwap(nil, &r)
-					for range next { // let the sender finish
-					}
-				}
-			}()
-			for i := range next {
-				if panicked.Load() == nil {
-					each(i)
-				}
-			}
-		})
-	}
-	for _, i := range indexes {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if r := panicked.Load(); r != nil {
-		panic(*r)
-	}
-}
-
-// batchCall is the call ForEach's items derive from — the receipt the activity runs under, or
-// the activity's own key when it runs without one —, the items' operation (the pass's name), and
-// the passes the attempt ran.
-type batchCall struct {
-	Call
-	operation string
-	passes    *passes
-}
-
-func (s *Store) batchCall(ctx context.Context, operation string) (batchCall, error) {
-	if rc, _ := ctx.Value(runningKey{}).(*running); rc != nil {
-		c := rc.call
-		if !c.DownstreamDeduplicates || c.keyMemory() < s.cfg.Retention {
-			return batchCall{}, fmt.Errorf("activity.ForEach: %w: %s runs under a receipt whose downstream is not declared safe to call again, so a retry after a crash would find it holding an unknown outcome instead of running the items that are left; register it with Options{Batch: true}, or as a plain activity",
-				ErrMisconfigured, ref(c.Key))
-		}
-		return batchCall{Call: c, operation: operation, passes: &rc.passes}, nil
-	}
-	if !sdkactivity.IsActivity(ctx) {
-		return batchCall{}, fmt.Errorf("activity.ForEach: %w: call it inside an activity, or inside Do's function", ErrMisconfigured)
-	}
-	attempt, _ := ctx.Value(interceptedKey{}).(*passes)
-	if attempt == nil {
-		return batchCall{}, fmt.Errorf("activity.ForEach: %w", errNoInterceptor("an activity that calls ForEach"))
-	}
-	k, err := keys.FromActivity(ctx)
-	if err != nil {
-		return batchCall{}, err
-	}
-	return batchCall{Call: Call{Key: k, ScheduledAt: sdkactivity.GetInfo(ctx).ScheduledTime},
-		operation: operation, passes: attempt}, nil
-}
-
-// passes are the ForEach passes of one attempt, by name (Items.Operation): the item and result
-// types each ran with.
-type passes struct {
-	mu  sync.Mutex
-	ran map[string]passTypes
-}
-
-type passTypes struct{ in, out reflect.Type }
-
-// claim records that the pass operation runs over items of type in with results of type out.
-// It refuses a name that ran in this attempt with other types: two passes under one name, the
-// second of which would replay the first's receipts (and decode their results as another type).
-// The same types again are the same pass, by the user's naming (a loop that retries the
-// unfinished items).
-func (p *passes) claim(operation string, in, out reflect.Type) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := passTypes{in, out}
-	if prev, ok := p.ran[operation]; ok && prev != now {
-		return fmt.Errorf("the pass %q already ran in this attempt over items of type %v with results of type %v, and now runs with %v and %v; under one name a second pass would replay the first pass's receipts instead of running: give each pass its own Items.Operation",
-			operation, prev.in, prev.out, in, out)
-	}
-	if p.ran == nil {
-		p.ran = map[string]passTypes{}
-	}
-	p.ran[operation] = now
-	return nil
-}
-
-// item is the call of the batch's item id.
-func (b batchCall) item(id string, item any, o Options) (Call, error) {
-	k, err := b.Key.Item(id)
-	if err != nil {
-		return Call{Key: b.Key}, err
-	}
-	k.Operation = b.operation
-	return Call{
-		Key:                    k,
-		Request:                item,
-		ScheduledAt:            b.ScheduledAt,
-		DownstreamDeduplicates: o.DownstreamDeduplicates,
-		DownstreamKeyMemory:    o.DownstreamKeyMemory,
-		DownstreamSettleTime:   o.DownstreamSettleTime,
-		Reconcile:              o.Reconcile,
-		readUnfinished:         true, // ForEach reads every item's receipt before it runs any
-	}, nil
-}
-
-// lookup reads, in one statement, the finished receipts among the items calls[run]: by ID
-// within the batch's namespace, tenant and operation, on the receipts' unique index. It returns
-// a *CompensatedError when the batch's own step has a completed compensation.
-func (s *Store) lookup(ctx context.Context, batch keys.Key, operation string, calls []Call, run []int) (map[string]*receipt, error) {
-	settled := make(map[string]*receipt)
-	if len(run) == 0 {
-		return settled, nil
-	}
-	ids := make([]string, len(run))
-	for n, i := range run {
-		ids[n] = calls[i].Key.ID
-	}
-	var compensated *CompensatedError
-	err := s.query(ctx, s.sql.settings, s.sql.readItems, []any{batch.Namespace, batch.Tenant, operation, ids, string(batch.Token())}, func(rows pgx.Rows) error {
-		var id *string
-		r, err := scanReceipt(idRow{rows: rows, id: &id})
-		switch {
-		case err != nil:
-		case id == nil:
-			compensated = &CompensatedError{Key: batch, Token: batch.Token(), Compensation: r.compensatedBy, At: r.compensatedAt}
-		default:
-			settled[*id] = &r
-		}
-		return err
-	})
-	if err == nil && compensated != nil {
-		return nil, compensated
-	}
-	return settled, err
-}
-
-// idRow scans a row whose first column is the receipt's ID, then the columns scanReceipt reads.
-type idRow struct {
-	rows pgx.Rows
-	id   **string // NULL on the row of the batch's compensation
-}
-
-func (r idRow) Scan(dest ...any) error { return r.rows.Scan(append([]any{r.id}, dest...)...) }
-
-// itemLeases are the leases of a batch's running items, which a heartbeat extends together with
-// the lease of the activity's own receipt.
-type itemLeases struct {
-	parent *leaseHolder // nil for an activity that runs without a receipt
-	mu     sync.Mutex
-	live   map[*leaseHolder]struct{}
-}
-
-type itemLeasesKey struct{}
-
-func itemLeasesFrom(ctx context.Context) *itemLeases {
-	l, _ := ctx.Value(itemLeasesKey{}).(*itemLeases)
-	return l
-}
-
-// hold registers an item's lease while its item runs; the returned function ends that.
-func (b *itemLeases) hold(l *leaseHolder) (release func()) {
-	b.mu.Lock()
-	b.live[l] = struct{}{}
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		delete(b.live, l)
-		b.mu.Unlock()
-	}
-}
-
-// heartbeat extends the activity's lease and every running item's (each at most once per third
-// of its length; see leaseHolder.heartbeat).
-func (b *itemLeases) heartbeat(ctx context.Context) {
-	b.mu.Lock()
-	holders := make([]*leaseHolder, 0, len(b.live)+1)
-	for l := range b.live {
-		holders = append(holders, l)
-	}
-	b.mu.Unlock()
-	if b.parent != nil {
-		holders = append(holders, b.parent)
-	}
-	for _, l := range holders {
-		l.heartbeat(ctx)
-	}
-}
-
-// BatchUnfinishedError reports that some items of a ForEach batch are not settled: they failed
-// with a retryable error, or another attempt holds them. Return it from the activity: Temporal
-// retries it, and the retry replays the settled items and runs the rest.
-type BatchUnfinishedError struct {
-	Key               keys.Key
-	Unfinished, Total int
-	// First is the ID of the first unfinished item, and Err its error.
-	First string
-	Err   error
-}
-
-func (e *BatchUnfinishedError) Error() string {
-	return fmt.Sprintf("%s: %d of %d items unfinished (first: item %q: %v); the activity's retry runs them", ref(e.Key), e.Unfinished, e.Total, e.First, e.Err)
-}
-
-func (e *BatchUnfinishedError) Is(target error) bool { return target == ErrBatchUnfinished }
-
-// Unwrap returns the first unfinished item's error.
-func (e *BatchUnfinishedError) Unwrap() error { return e.Err }

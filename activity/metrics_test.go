@@ -13,6 +13,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // countingHandler records counter increments by name and "operation" tag.
@@ -85,8 +86,8 @@ func TestMetricsThroughTheActivityHandler(t *testing.T) {
 	require.NoError(t, run(ChargeRequest{Order: "o-1", Amount: 100}))
 	require.Error(t, run(ChargeRequest{Order: "o-1", Amount: 999}))
 
-	require.Equal(t, int64(1), metrics.get(activity.MetricMismatched))
-	require.Equal(t, int64(1), metrics.get(activity.MetricReserved))
-	require.Equal(t, int64(1), metrics.get(activity.MetricReplayed))
-	require.Equal(t, int64(0), metrics.get(activity.MetricTakenOver))
+	require.Equal(t, int64(1), metrics.get(telemetry.ReceiptMismatched))
+	require.Equal(t, int64(1), metrics.get(telemetry.ReceiptReserved))
+	require.Equal(t, int64(1), metrics.get(telemetry.ReceiptReplayed))
+	require.Equal(t, int64(0), metrics.get(telemetry.ReceiptTakenOver))
 }

@@ -80,7 +80,7 @@ func TestReconcileErrorsNeverSettleTheIntent(t *testing.T) {
 
 			for range 3 {
 				_, err := doUntilDone(ctx, s, c, charge)
-				require.ErrorIs(t, err, activity.ErrReconcileFailed)
+				require.ErrorAs(t, err, new(*activity.ReconcileError))
 				// Retryable: a failed reconcile must not end the intent.
 				temporaltest.RequireAppError(t, err, activity.ErrTypeReconcileFailed, true)
 				state, _ := receiptState(t, schema, c.Key)
@@ -153,7 +153,7 @@ func TestFailedReconcileDoesNotRestartTheSettleTime(t *testing.T) {
 
 	endLease(t, schema, c.Key, time.Hour+time.Minute) // settled
 	_, err := activity.Do(ctx, s, c, charge)
-	require.ErrorIs(t, err, activity.ErrReconcileFailed)
+	require.ErrorAs(t, err, new(*activity.ReconcileError))
 	lookupDown = false
 	got, err := activity.Do(ctx, s, c, charge)
 	require.NoError(t, err, "the failed lookup made the next attempt wait the settle time again")
@@ -201,7 +201,7 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
 		age(t, schema, c.Key, 25*time.Hour)
 		_, err := doUntilDone(ctx, s, c, func(context.Context) (int, error) { calls++; return 7, nil })
-		require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
+		require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
 		require.ErrorContains(t, err, "key memory")
 		require.Equal(t, 1, calls, "a token older than the downstream's key memory was sent again")
 	})
@@ -250,7 +250,7 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 			t.Error("called past the key memory")
 			return 0, nil
 		})
-		require.ErrorIs(t, err, activity.ErrInProgress)
+		require.ErrorAs(t, err, new(*activity.InProgressError))
 		require.Zero(t, asked, "the downstream was asked before the settle time had passed")
 	})
 

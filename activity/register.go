@@ -9,6 +9,7 @@ import (
 	sdkactivity "go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/tempotent/tempotent/internal/engine"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -29,10 +30,10 @@ func Register[In, Out any](w worker.ActivityRegistry, s *Store, name string, fn 
 		return fmt.Errorf("activity.Register %q: fn is nil", name)
 	}
 	return s.register(w, name, opts, func(ctx context.Context, in In) (Out, error) {
-		c, err := s.callFor(ctx, opts, in)
+		c, err := engine.CallFor(ctx, opts, in)
 		if err != nil {
 			var zero Out
-			return zero, toTemporal(err)
+			return zero, engine.ToTemporal(err)
 		}
 		return Do(ctx, s, c, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
 	})
@@ -46,10 +47,10 @@ func RegisterTx[In, Out any](w worker.ActivityRegistry, s *Store, name string, f
 		return fmt.Errorf("activity.RegisterTx %q: fn is nil", name)
 	}
 	return s.register(w, name, opts, func(ctx context.Context, in In) (Out, error) {
-		c, err := s.callFor(ctx, opts, in)
+		c, err := engine.CallFor(ctx, opts, in)
 		if err != nil {
 			var zero Out
-			return zero, toTemporal(err)
+			return zero, engine.ToTemporal(err)
 		}
 		return DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (Out, error) { return fn(ctx, tx, in) })
 	})
@@ -72,7 +73,7 @@ func (s *Store) register(w worker.ActivityRegistry, name string, opts Options, w
 	if err := (keys.Key{Namespace: "-", Operation: name, ID: "-"}).Validate(); err != nil {
 		return fmt.Errorf("activity.Register %q: the name is the activity type and the default key operation: %w", name, err)
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("activity.Register %q: %w", name, err)
 	}
 	r := &s.registered

@@ -80,7 +80,7 @@ func TestLostReservationStaleAttemptCannotComplete(t *testing.T) {
 		t.Error("called for a key recorded with another request")
 		return 0, nil
 	})
-	require.ErrorIs(t, err, activity.ErrPayloadMismatch)
+	require.ErrorAs(t, err, new(*activity.MismatchError))
 }
 
 // The stale attempt's release must not end the new reservation's live lease: a third attempt
@@ -103,7 +103,7 @@ func TestLostReservationStaleAttemptCannotRelease(t *testing.T) {
 		t.Error("a third attempt ran beside the second, whose lease the stale attempt released")
 		return 0, nil
 	})
-	require.ErrorIs(t, err, activity.ErrInProgress)
+	require.ErrorAs(t, err, new(*activity.InProgressError))
 
 	resumeSecond()
 	require.Equal(t, 7, (<-secondDone).out)
@@ -121,7 +121,7 @@ func TestPurgedPendingReceiptReservedAgain(t *testing.T) {
 	loseReceipt(t, schema, c.Key)
 	resumeNew, newDone := pausedAttempt(ctx, s, c, 2, nil)
 	resumeOld()
-	require.ErrorIs(t, (<-oldDone).err, activity.ErrFencedOut)
+	require.ErrorAs(t, (<-oldDone).err, new(*activity.FencedOutError))
 	resumeNew()
 	require.Equal(t, 2, (<-newDone).out)
 	got, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 3, nil })
@@ -184,7 +184,7 @@ func TestHeartbeatOfAFencedOutAttemptCancelsIt(t *testing.T) {
 	if err := env.GetWorkflowError(); err == nil {
 		require.NoError(t, env.GetWorkflowResult(&n))
 	}
-	require.ErrorIs(t, cause, activity.ErrFencedOut, "the fenced-out attempt went on running")
+	require.ErrorAs(t, cause, new(*activity.FencedOutError), "the fenced-out attempt went on running")
 	require.Less(t, calls, 50)
 	require.NotEqual(t, 1, n, "the fenced-out attempt's result was answered")
 }

@@ -1,232 +1,75 @@
 package activity
 
 import (
-	"cmp"
 	"errors"
-	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/internal/engine"
 )
 
-// Defaults applied by Config.WithDefaults.
+// Defaults of the operator's side, applied by Config.WithDefaults and Purge.
 const (
-	// SchemaDefault is the Postgres schema that holds the receipts table.
-	SchemaDefault = "tempotent"
 	// RetentionDefault is how long a finished receipt is kept. It must exceed the longest time
 	// over which the same intent can be executed again: the activity's retry horizon
 	// (ScheduleToClose), the workflow's own retries, and how far back operators may Reset a
 	// workflow. Past it, the replay-horizon guard refuses to run the activity.
 	RetentionDefault = 7 * 24 * time.Hour
-	// MaxPayloadBytesDefault bounds a stored result. Temporal refuses payloads above 2 MiB by
-	// default; a smaller limit keeps receipts rows well clear of it.
-	MaxPayloadBytesDefault = 1 << 20
-	// LeaseDefault is the lease taken when the context has no deadline (Do and DoInNewTx called
-	// outside an activity without Call.Lease). Activities lease until their own deadline.
-	LeaseDefault = time.Minute
-	// InProgressDelayMaxDefault caps the retry delay of an InProgressError: the attempt that
-	// holds the lease usually finishes long before its lease ends.
-	InProgressDelayMaxDefault = 10 * time.Second
-	// InProgressWaitDefault is how long a duplicate waits in process for a live attempt to
-	// finish before it gives up with an InProgressError.
-	InProgressWaitDefault = time.Second
 	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
 	PurgeBatchDefault = 1000
-	// LockTimeoutDefault bounds how long a receipt statement waits for a row lock held
-	// elsewhere (Postgres' lock_timeout, set for that statement alone).
-	LockTimeoutDefault = 2 * time.Second
-	// StatementTimeoutDefault bounds how long one receipt statement may run (Postgres'
-	// statement_timeout, set for that statement alone).
-	StatementTimeoutDefault = 5 * time.Second
 )
 
-// Config configures a Store. The zero Config (or nil) is valid: WithDefaults fills every field.
-type Config struct {
-	// Schema is the Postgres schema of the receipts table. Default SchemaDefault.
-	Schema string
-	// Retention is how long finished receipts are kept; see RetentionDefault.
-	Retention time.Duration
-	// MaxPayloadBytes bounds a stored result; a larger one is a non-retryable
-	// ErrTypePayloadTooLarge failure. Default MaxPayloadBytesDefault.
-	MaxPayloadBytes int
-	// InProgressDelayMax caps the next-retry delay of an in-progress duplicate.
-	InProgressDelayMax time.Duration
-	// InProgressWait is how long a duplicate that finds a live attempt watches its receipt
-	// (reads backing off from 5 ms to 200 ms) before it gives up with an InProgressError: a
-	// duplicate racing an attempt that finishes within it answers with that attempt's outcome,
-	// a few milliseconds later, instead of a retry seconds later. Default InProgressWaitDefault;
-	// negative turns waiting off.
-	InProgressWait time.Duration
-	// LockTimeout bounds how long a receipt statement waits for a row lock that another
-	// transaction holds; the statement then fails with a retryable StoreError, or, for a
-	// DoInNewTx whose duplicate holds the lock, an InProgressError. It also applies to the
-	// statements of DoInNewTx's function, so that a duplicate never waits on an attempt that
-	// stalled with its transaction open. Default LockTimeoutDefault.
-	LockTimeout time.Duration
-	// StatementTimeout bounds how long one receipt statement may run. Default
-	// StatementTimeoutDefault.
-	StatementTimeout time.Duration
-	// DataConverter encodes results into the Temporal payloads that receipts store, and
-	// decodes them for Do's caller. Give the worker client's payload conversion without its
-	// codecs: a receipt returns the stored payload to the SDK, which applies the client's codecs
-	// (encryption, compression) once on the way out; a payload already encoded by them would be
-	// encoded twice. NewStore refuses a converter.CodecDataConverter for that reason; put its
-	// codecs in Codecs to keep stored results encrypted too. Default
-	// converter.GetDefaultDataConverter().
-	DataConverter converter.DataConverter
-	// Codecs, when set, encode the results a receipt stores (applied last to first, as
-	// converter.NewCodecDataConverter does) and decode them when the receipt is replayed: give
-	// your encryption codec to keep stored results encrypted at rest. Without it, the receipts
-	// table holds results as the DataConverter made them, unencrypted.
-	Codecs []converter.PayloadCodec
-	// FailureConverter records a final failure as a Temporal failure and turns it back into
-	// the error a replay returns, with its type, message, details and cause. Use the same one
-	// as the worker's client (client.Options.FailureConverter), so that a replayed failure's
-	// details are encoded as the first execution's were. Failures are stored as it makes them:
-	// the SDK's default converter does not apply the client's codecs to failure details.
-	// Default temporal.GetDefaultFailureConverter().
-	FailureConverter converter.FailureConverter
-	// MetricsHandler receives the store's own gauges, those not tied to one activity (see
-	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
-	// receipts go to that activity's metrics handler.
-	MetricsHandler client.MetricsHandler
-	// Tracer, when set, traces every receipt step (SpanReserve, SpanCall, SpanComplete,
-	// SpanReplay) as a child of the span in the activity's context. Give the tracer of the SDK's
-	// tracing interceptor (for OpenTelemetry, go.temporal.io/sdk/contrib/opentelemetry's
-	// NewTracer), so that the steps sit under the activity's RunActivity span. Spans carry the
-	// token and the operation, never the key or a payload.
-	Tracer interceptor.Tracer
-}
-
-// WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.
-func (c *Config) WithDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
-	out.Schema = cmp.Or(out.Schema, SchemaDefault)
-	out.Retention = cmp.Or(out.Retention, RetentionDefault)
-	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
-	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, InProgressDelayMaxDefault)
-	out.InProgressWait = cmp.Or(out.InProgressWait, InProgressWaitDefault)
-	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
-	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
-	if out.DataConverter == nil {
-		out.DataConverter = converter.GetDefaultDataConverter()
-	}
-	if out.FailureConverter == nil {
-		out.FailureConverter = temporal.GetDefaultFailureConverter()
-	}
-	if out.MetricsHandler == nil {
-		out.MetricsHandler = client.MetricsNopHandler
-	}
-	return out
-}
-
-// Validate reports the first invalid setting of c, once defaults are applied (WithDefaults):
-// NewStore refuses a Config that Validate refuses, so a worker can check its configuration
-// before it connects to anything.
-func (c *Config) Validate() error {
-	switch {
-	case c.Retention < time.Minute:
-		return fmt.Errorf("Config.Retention is %v; it must be at least a minute and should exceed the workflows' retry and reset horizon", c.Retention)
-	case c.MaxPayloadBytes < 0:
-		return fmt.Errorf("Config.MaxPayloadBytes is %d; it must not be negative", c.MaxPayloadBytes)
-	case c.InProgressDelayMax < 0:
-		return fmt.Errorf("Config.InProgressDelayMax is %v; it must not be negative", c.InProgressDelayMax)
-	case len(c.Schema) > 63:
-		return fmt.Errorf("Config.Schema %q is longer than Postgres' 63-byte identifier limit", c.Schema)
-	case c.LockTimeout < time.Millisecond:
-		return fmt.Errorf("Config.LockTimeout is %v; it must be at least a millisecond", c.LockTimeout)
-	case c.StatementTimeout < time.Millisecond:
-		return fmt.Errorf("Config.StatementTimeout is %v; it must be at least a millisecond", c.StatementTimeout)
-	}
-	if _, ok := c.DataConverter.(*converter.CodecDataConverter); ok {
-		return errors.New("Config.DataConverter is a codec data converter: give the converter it wraps and put its codecs in Config.Codecs. " +
-			"The SDK applies the client's codecs to what a receipt returns; a stored payload encoded by them already would be encoded twice")
-	}
-	return nil
-}
+// Config configures a Store. The zero Config (or nil) is valid: WithDefaults returns a copy with
+// every unset field set to its default, and Validate names the first invalid one. Its fields:
+//
+//   - Schema: the Postgres schema of the receipts table. Default "tempotent".
+//   - Retention: how long finished receipts are kept. Default RetentionDefault (7 days); it must
+//     exceed the workflows' retry and reset horizon.
+//   - MaxPayloadBytes: the largest stored result; a larger one is a non-retryable
+//     ErrTypePayloadTooLarge failure. Default 1 MiB.
+//   - InProgressDelayMax: the cap of an in-progress duplicate's next-retry delay. Default 10 s.
+//   - InProgressWait: how long a duplicate watches a live attempt's receipt before it gives up
+//     with an InProgressError. Default a second; negative turns waiting off.
+//   - LockTimeout and StatementTimeout: Postgres' lock_timeout and statement_timeout for each
+//     receipt statement. Default 2 s and 5 s.
+//   - DataConverter: encodes stored results; the worker client's conversion without its codecs.
+//     Default converter.GetDefaultDataConverter().
+//   - Codecs: encode stored results at rest (your encryption codec). Default none.
+//   - FailureConverter: records final failures; the worker client's. Default
+//     temporal.GetDefaultFailureConverter().
+//   - MetricsHandler: the store's own gauges. Default client.MetricsNopHandler.
+//   - Tracer: traces every receipt step (the telemetry package's Span names). Default none.
+//
+// The type is defined in the engine (internal/engine), where each field's comment says more.
+type Config = engine.Config
 
 // Store keeps receipts in Postgres. It is safe for concurrent use; create one per pool and
 // share it.
 type Store struct {
-	db *pgxpool.Pool
-	// receipts is where the receipt statements of Do go: db itself, except in the exploration
-	// test, which steps through them one at a time and injects faults between them.
-	receipts     batcher
-	cfg          Config
-	sql          statements
-	completions  *completions
-	reservations *reservations
-	// lockTimeout and statementTimeout are the settings' values in milliseconds, as
-	// set_config takes them.
-	lockTimeout, statementTimeout string
-	registered                    registrations
+	eng *engine.Store
+	db  *pgxpool.Pool
+	cfg Config
+	// registered remembers the names registered through this Store (Register).
+	registered registrations
+	operator
 }
 
 // NewStore returns a Store on db. It does not touch the database: call Migrate (or apply
 // Migrations with your own tool) before the first call. A store whose table is missing fails
-// every call with an error that says so.
+// every call with an error that says so. It refuses a Config that Config.Validate refuses.
 func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("activity.NewStore: db is nil; pass a *pgxpool.Pool")
 	}
-	c := cfg.WithDefaults()
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("activity.NewStore: %w", err)
+	eng, err := engine.NewStore(db, cfg)
+	if err != nil {
+		return nil, err
 	}
-	s := &Store{
-		db:               db,
-		receipts:         db,
-		cfg:              c,
-		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
-		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
-		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
-	}
-	s.completions = &completions{store: s}
-	s.reservations = &reservations{store: s}
+	s := &Store{eng: eng, db: db, cfg: eng.Config()}
+	s.operator = newOperator(eng)
 	return s, nil
 }
 
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
-
-// seal applies Config.Codecs to a result before it is stored, last to first as the SDK does.
-func (s *Store) seal(p *commonpb.Payload) (*commonpb.Payload, error) {
-	ps := []*commonpb.Payload{p}
-	for i := len(s.cfg.Codecs) - 1; i >= 0; i-- {
-		var err error
-		if ps, err = s.cfg.Codecs[i].Encode(ps); err != nil {
-			return nil, fmt.Errorf("encode result with Config.Codecs: %w", err)
-		}
-	}
-	return ps[0], nil
-}
-
-// open reverses seal on a stored result, so that what the receipt returns is the DataConverter's
-// payload, which the SDK encodes with the client's codecs once. A void result (voidResult) opens
-// as no payload, as it was returned.
-func (s *Store) open(p *commonpb.Payload) (*commonpb.Payload, error) {
-	if isVoid(p) {
-		return nil, nil
-	}
-	ps := []*commonpb.Payload{p}
-	for _, c := range s.cfg.Codecs {
-		var err error
-		if ps, err = c.Decode(ps); err != nil {
-			return nil, fmt.Errorf("decode recorded result with Config.Codecs: %w", err)
-		}
-	}
-	if len(ps) != 1 {
-		return nil, fmt.Errorf("decode recorded result with Config.Codecs: got %d payloads, want 1", len(ps))
-	}
-	return ps[0], nil
-}

@@ -109,7 +109,7 @@ func TestLockTimeoutBoundsACompletion(t *testing.T) {
 	resume()
 	select {
 	case res := <-done:
-		require.ErrorIs(t, res.err, activity.ErrStore)
+		require.ErrorAs(t, res.err, new(*activity.StoreError))
 		require.ErrorContains(t, res.err, "lock timeout")
 	case <-time.After(liveness):
 		t.Fatal("the completion waited for the lock beyond its lease")
@@ -146,7 +146,7 @@ func TestDoTxDuplicateDoesNotBlockOnAStalledAttempt(t *testing.T) {
 	}()
 	select {
 	case err := <-dup:
-		require.ErrorIs(t, err, activity.ErrInProgress)
+		require.ErrorAs(t, err, new(*activity.InProgressError))
 	case <-time.After(liveness):
 		t.Fatal("the duplicate waited on the stalled attempt's locks")
 	}

@@ -392,10 +392,7 @@ func retryable(err error) bool {
 // endLease moves the lease of the receipt under token into the past, by more than the settle
 // time, as a worker that died long enough ago leaves it.
 func (r *runner[In, Out]) endLease(path string, token keys.Token) {
-	settle := r.c.Options.DownstreamSettleTime
-	if settle <= 0 {
-		settle = activity.DownstreamSettleTimeDefault
-	}
+	settle := r.c.Options.WithDefaults().DownstreamSettleTime
 	tag, err := r.ts.pool.Exec(context.Background(), fmt.Sprintf(
 		"UPDATE %q.receipts SET lease_expires_at = now() - $2::bigint * interval '1 microsecond' WHERE token = $1 AND state = 'pending'", r.ts.schema),
 		string(token), (settle + time.Second).Microseconds())
@@ -408,10 +405,7 @@ func (r *runner[In, Out]) endLease(path string, token keys.Token) {
 // items' in a batch) into the past by more than the settle time, as the time between two
 // attempts does once Temporal's backoff and the settle time have passed.
 func (r *runner[In, Out]) passTime() {
-	settle := r.c.Options.DownstreamSettleTime
-	if settle <= 0 {
-		settle = activity.DownstreamSettleTimeDefault
-	}
+	settle := r.c.Options.WithDefaults().DownstreamSettleTime
 	if _, err := r.ts.pool.Exec(context.Background(), fmt.Sprintf(
 		"UPDATE %q.receipts SET lease_expires_at = now() - $1::bigint * interval '1 microsecond' WHERE state = 'pending'", r.ts.schema),
 		(settle + time.Second).Microseconds()); err != nil {

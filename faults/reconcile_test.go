@@ -123,7 +123,7 @@ func (f *lookupFront) set(mode int32) {
 
 // Row 22: a takeover past the downstream's key memory. The first charge attempt charged and was
 // killed; before the takeover, the receipt's first reservation is moved back 25 hours on the
-// database clock, past the provider's key memory (24 hours, DownstreamKeyMemoryDefault), which
+// database clock, past the provider's key memory (24 hours, the default Options.DownstreamKeyMemory), which
 // may have forgotten the token. Sending it again could charge twice, and Charge has no
 // reconcile: the takeover must fail with OutcomeUnknown without calling the provider, and the
 // saga compensates the charge that may have happened (it did: the refund finds and undoes it).

@@ -18,6 +18,7 @@ import (
 	"github.com/tempotent/tempotent/internal/errtype"
 	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/migrate"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Defaults applied by New.
@@ -36,12 +37,13 @@ const (
 	PurgeBatchDefault = 1000
 )
 
-// Metric names, counted through Config.Metrics with the tag "consumer".
+// Metric names, counted through Config.Metrics with the tag "consumer" (telemetry.MetricTagConsumer).
+// They are the telemetry package's, which names every metric of the toolkit.
 const (
-	MetricProcessed  = "tempotent_inbox_processed"   // a message ran and committed
-	MetricDuplicate  = "tempotent_inbox_duplicate"   // a message processed before, acknowledged without running
-	MetricInProgress = "tempotent_inbox_in_progress" // a concurrent duplicate gave up waiting
-	MetricMismatched = "tempotent_inbox_mismatched"  // a processed ID came again with another payload
+	MetricProcessed  = telemetry.InboxProcessed  // a message ran and committed
+	MetricDuplicate  = telemetry.InboxDuplicate  // a message processed before, acknowledged without running
+	MetricInProgress = telemetry.InboxInProgress // a concurrent duplicate gave up waiting
+	MetricMismatched = telemetry.InboxMismatched // a processed ID came again with another payload
 )
 
 // Temporal application error types of the errors below. Process and Claim return them as
@@ -110,7 +112,7 @@ func New(db *pgxpool.Pool, cfg Config) (*Inbox, error) {
 	met := cmp.Or[client.MetricsHandler](cfg.Metrics, client.MetricsNopHandler)
 	return &Inbox{
 		db: db, cfg: cfg, table: pgx.Identifier{cfg.Schema, "inbox"}.Sanitize(),
-		met: met.WithTags(map[string]string{"consumer": cfg.Consumer}),
+		met: met.WithTags(map[string]string{telemetry.MetricTagConsumer: cfg.Consumer}),
 	}, nil
 }
 

@@ -11,7 +11,8 @@ import (
 )
 
 // SchemaDefault is the Postgres schema that a function of this package uses when given "": the
-// same as activity.SchemaDefault, outbox.SchemaDefault and inbox.SchemaDefault.
+// same as activity.Config's default (Config.WithDefaults), outbox.SchemaDefault and
+// inbox.SchemaDefault.
 const SchemaDefault = "tempotent"
 
 // ErrNotMigrated is matched by Check's error when a schema lacks migrations, and by the errors of

@@ -181,7 +181,7 @@ func TestList(t *testing.T) {
 	defaults, err := migrate.List("")
 	require.NoError(t, err)
 	require.Contains(t, defaults[0].Up, `"tempotent".receipts`)
-	for _, other := range []string{activity.SchemaDefault, outbox.SchemaDefault, inbox.SchemaDefault} {
+	for _, other := range []string{new(activity.Config).WithDefaults().Schema, outbox.SchemaDefault, inbox.SchemaDefault} {
 		require.Equal(t, migrate.SchemaDefault, other)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Defaults applied by NewDispatcher.
@@ -46,17 +47,18 @@ const (
 	pruneMaxBatches = 100
 )
 
-// Metric names, emitted through DispatcherConfig.Metrics.
+// Metric names, emitted through DispatcherConfig.Metrics. They are the telemetry package's, which
+// names every metric of the toolkit and says what each counts.
 const (
-	MetricDelivered  = "tempotent_outbox_delivered"      // counter: messages marked delivered
-	MetricRetried    = "tempotent_outbox_retried"        // counter: failed attempts that will be retried
-	MetricDead       = "tempotent_outbox_dead"           // counter: messages parked as dead
-	MetricLostClaim  = "tempotent_outbox_lost_claim"     // counter: marks refused because the claim had ended
-	MetricHandedBack = "tempotent_outbox_handed_back"    // counter: claimed messages handed back unpublished, no attempt counted
-	MetricPruned     = "tempotent_outbox_pruned"         // counter: delivered messages pruned past retention
-	MetricBacklog    = "tempotent_outbox_backlog"        // gauge: pending messages
-	MetricOldestAge  = "tempotent_outbox_oldest_seconds" // gauge: age of the oldest pending message
-	MetricDeadRows   = "tempotent_outbox_dead_rows"      // gauge: dead messages waiting for an operator
+	MetricDelivered  = telemetry.OutboxDelivered  // counter: messages marked delivered
+	MetricRetried    = telemetry.OutboxRetried    // counter: failed attempts that will be retried
+	MetricDead       = telemetry.OutboxDead       // counter: messages parked as dead
+	MetricLostClaim  = telemetry.OutboxLostClaim  // counter: marks refused because the claim had ended
+	MetricHandedBack = telemetry.OutboxHandedBack // counter: claimed messages handed back unpublished, no attempt counted
+	MetricPruned     = telemetry.OutboxPruned     // counter: delivered messages pruned past retention
+	MetricBacklog    = telemetry.OutboxBacklog    // gauge: pending messages
+	MetricOldestAge  = telemetry.OutboxOldestAge  // gauge: age of the oldest pending message
+	MetricDeadRows   = telemetry.OutboxDeadRows   // gauge: dead messages waiting for an operator
 )
 
 // DispatcherConfig configures a Dispatcher. The zero value is valid.

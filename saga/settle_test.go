@@ -83,6 +83,6 @@ func TestForwardSettledWaitsTheSettleTimeAfterACompletedForward(t *testing.T) {
 	require.NoError(t, last.err)
 	require.GreaterOrEqual(t, last.at.Sub(chargeReturn), settle, "settled before the settle time had passed since the charge")
 	for _, c := range calls[:len(calls)-1] {
-		require.ErrorIs(t, c.err, activity.ErrForwardUnsettled)
+		require.ErrorAs(t, c.err, new(*activity.ForwardUnsettledError))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 type charge struct {
@@ -79,7 +80,7 @@ func TestReceiptStepsAreSpansUnderRunActivity(t *testing.T) {
 	for _, s := range recorder.Ended() {
 		for _, kv := range s.Attributes() {
 			require.NotContains(t, kv.Value.String(), secret, "span %s carries the raw key in %s", s.Name(), kv.Key)
-			if kv.Key == attribute.Key(activity.TagToken) {
+			if kv.Key == attribute.Key(telemetry.TagToken) {
 				token = kv.Value.AsString()
 			}
 		}

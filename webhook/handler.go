@@ -19,6 +19,7 @@ import (
 
 	"github.com/tempotent/tempotent/inbox"
 	"github.com/tempotent/tempotent/outbox"
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Defaults applied by NewHandler.
@@ -38,12 +39,14 @@ const (
 	HeaderEventType = "Webhook-Event-Type"
 )
 
-// Metric names, counted through HandlerConfig.Metrics with the tag "source".
+// Metric names, counted through HandlerConfig.Metrics with the tag "source"
+// (telemetry.MetricTagSource). They are the telemetry package's, which names every metric of the
+// toolkit.
 const (
-	MetricAccepted  = "tempotent_webhook_accepted"  // a new delivery, stored
-	MetricDuplicate = "tempotent_webhook_duplicate" // a delivery seen before, answered 2xx, nothing stored
-	MetricRefused   = "tempotent_webhook_refused"   // a 4xx: forged, stale, oversized, malformed (tag "reason")
-	MetricFailed    = "tempotent_webhook_failed"    // a 5xx: the database did not take it; the provider retries
+	MetricAccepted  = telemetry.WebhookAccepted  // a new delivery, stored
+	MetricDuplicate = telemetry.WebhookDuplicate // a delivery seen before, answered 2xx, nothing stored
+	MetricRefused   = telemetry.WebhookRefused   // a 4xx: forged, stale, oversized, malformed (tag "reason")
+	MetricFailed    = telemetry.WebhookFailed    // a 5xx: the database did not take it; the provider retries
 )
 
 // HandlerConfig configures a Handler.
@@ -119,7 +122,7 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	met := cmp.Or[client.MetricsHandler](cfg.Metrics, client.MetricsNopHandler).WithTags(map[string]string{"source": cfg.Source})
+	met := cmp.Or[client.MetricsHandler](cfg.Metrics, client.MetricsNopHandler).WithTags(map[string]string{telemetry.MetricTagSource: cfg.Source})
 	ib, err := inbox.New(db, inbox.Config{
 		Consumer: "webhook/" + cfg.Source, Schema: out.Schema(), Retention: cfg.Retention, Metrics: client.MetricsNopHandler,
 	})
@@ -251,7 +254,7 @@ func MessageID(source, tenant, id string) string {
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string) {
-	h.met.WithTags(map[string]string{"reason": reason}).Counter(MetricRefused).Inc(1)
+	h.met.WithTags(map[string]string{telemetry.MetricTagReason: reason}).Counter(MetricRefused).Inc(1)
 	h.log.Warn("delivery refused", "status", status, "reason", reason, "err", msg)
 	writeJSON(w, status, map[string]any{"error": msg})
 }

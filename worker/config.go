@@ -75,7 +75,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", cmp.Or(env("TEMPORAL_NAMESPACE"), NamespaceDefault), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 	fs.StringVar(&c.TaskQueue, "task-queue", cmp.Or(env("TEMPOTENT_TASK_QUEUE"), TaskQueueDefault), "task queue to poll (env TEMPOTENT_TASK_QUEUE)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL"), "Postgres URL for the receipts; empty uses 127.0.0.1:5432 or a throwaway cluster (env DATABASE_URL)")
-	fs.StringVar(&c.Receipts.Schema, "schema", cmp.Or(env("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
+	fs.StringVar(&c.Receipts.Schema, "schema", cmp.Or(env("TEMPOTENT_SCHEMA"), new(activity.Config).WithDefaults().Schema), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
 	fs.Func("retention", "how long finished receipts are kept, e.g. 168h (env TEMPOTENT_RETENTION)", durationFlag(&c.Receipts.Retention))
 	fs.Func("max-payload-bytes", "largest result a receipt stores (env TEMPOTENT_MAX_PAYLOAD_BYTES)", func(v string) error {
 		n, err := strconv.Atoi(v)

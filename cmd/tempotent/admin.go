@@ -194,7 +194,7 @@ var (
 
 func (a *app) doctor(ctx context.Context, args []string) error {
 	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. Exits 4 if any check fails.")
-	retention, keyMemory := activity.RetentionDefault, activity.DownstreamKeyMemoryDefault
+	retention, keyMemory := activity.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
 		d, err := parseDuration(v)
 		if err != nil {

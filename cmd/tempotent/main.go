@@ -153,7 +153,7 @@ func (a *app) flags(name, args, about string) *flags {
 	f := &flags{FlagSet: flag.NewFlagSet("tempotent "+name, flag.ContinueOnError)}
 	f.SetOutput(io.Discard)
 	f.StringVar(&f.databaseURL, "database-url", a.getenv("DATABASE_URL"), "Postgres URL (env DATABASE_URL; empty means "+localDatabase+")")
-	f.StringVar(&f.schema, "schema", cmp.Or(a.getenv("TEMPOTENT_SCHEMA"), activity.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
+	f.StringVar(&f.schema, "schema", cmp.Or(a.getenv("TEMPOTENT_SCHEMA"), new(activity.Config).WithDefaults().Schema), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
 	f.Usage = func() {} // parse prints the help on --help, and errors go back to run
 	f.help = func() {
 		w := a.stdout

@@ -238,7 +238,7 @@ func unknownReceipt(t *testing.T, s *activity.Store, id string) keys.Token {
 		if err != nil && strings.Contains(err.Error(), "outcome unknown") {
 			return c.Key.Token()
 		}
-		require.ErrorIs(t, err, activity.ErrInProgress)
+		require.ErrorAs(t, err, new(*activity.InProgressError))
 		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -383,7 +383,7 @@ func (s Summary) print(out io.Writer) {
 // operateCommand is the tempotent command line for the demo's database and schema.
 func operateCommand(databaseURL, schema string) string {
 	cmd := "go run ./cmd/tempotent"
-	if schema != activity.SchemaDefault {
+	if schema != new(activity.Config).WithDefaults().Schema {
 		cmd = "TEMPOTENT_SCHEMA=" + schema + " " + cmd
 	}
 	if databaseURL != "" {
