@@ -11,6 +11,7 @@ import (
 	sdkactivity "go.temporal.io/sdk/activity"
 
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -61,7 +62,7 @@ func (s *Store) do(ctx context.Context, c Call, fn payloadFunc) (_ *commonpb.Pay
 			return nil, err
 		}
 		switch r.state {
-		case StateCompleted, StateFailed:
+		case schema.StateCompleted, schema.StateFailed:
 			obs.count(MetricReplayed)
 			reserving.end(nil)
 			_, replaying := s.startSpan(ctx, SpanReplay, k)
@@ -192,7 +193,7 @@ func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool
 		if err != nil {
 			return r, false // the caller's InProgressError leads to a retry that reads again
 		}
-		if next.state != StatePending || next.lease <= 0 {
+		if next.state != schema.StatePending || next.lease <= 0 {
 			return next, true
 		}
 	}
@@ -338,7 +339,7 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 	a.obs.count(MetricFencedOut)
 	a.obs.log("fenced out: another attempt holds this receipt")
 	r, err := s.read(ctx, k)
-	if err != nil || (r.state != StateCompleted && r.state != StateFailed) {
+	if err != nil || (r.state != schema.StateCompleted && r.state != schema.StateFailed) {
 		return &FencedOutError{Key: k}
 	}
 	if r.fingerprint != a.call.Fingerprint {

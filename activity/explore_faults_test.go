@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // endLease moves k's lease into the past, as the database clock moving on would for an attempt
@@ -129,7 +131,7 @@ func (x *explorer) purgeNow() error {
 	before := map[*explKey]seen{}
 	for _, k := range x.keys {
 		var r seen
-		err := x.pool.QueryRow(ctx, "SELECT state, coalesce("+unresolved+" OR (state = 'pending' AND lease_expires_at > now()), false) FROM "+x.table()+
+		err := x.pool.QueryRow(ctx, "SELECT state, coalesce("+schema.Unresolved+" OR (state = 'pending' AND lease_expires_at > now()), false) FROM "+x.table()+
 			" WHERE id = $1", k.key.ID).Scan(&r.state, &r.keep)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
@@ -140,12 +142,12 @@ func (x *explorer) purgeNow() error {
 		before[k] = r
 	}
 	s, _ := NewStore(x.pool, &Config{Schema: x.schema})
-	if _, err := s.Purge(ctx, 0); err != nil {
+	if _, err := operatorFor(s).Purge(ctx, 0); err != nil {
 		return err
 	}
 	for k, r := range before {
 		var exists, settled bool
-		err := x.pool.QueryRow(ctx, "SELECT true, coalesce("+purgeable+", false) FROM "+x.table()+" WHERE id = $1", k.key.ID).Scan(&exists, &settled)
+		err := x.pool.QueryRow(ctx, "SELECT true, coalesce("+schema.Purgeable+", false) FROM "+x.table()+" WHERE id = $1", k.key.ID).Scan(&exists, &settled)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

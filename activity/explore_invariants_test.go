@@ -9,6 +9,8 @@ import (
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // checkCall is called when a reaches the downstream call.
@@ -130,11 +132,12 @@ func (x *explorer) checkFinal() error {
 	}
 	// Unresolved receipts are counted and survive any purge.
 	var want int64
-	if err := x.pool.QueryRow(ctx, "SELECT count(*) FROM "+x.table()+" WHERE "+unresolved).Scan(&want); err != nil {
+	if err := x.pool.QueryRow(ctx, "SELECT count(*) FROM "+x.table()+" WHERE "+schema.Unresolved).Scan(&want); err != nil {
 		return err
 	}
 	s, _ := NewStore(x.pool, &Config{Schema: x.schema})
-	got, err := s.Unresolved(ctx)
+	op := operatorFor(s)
+	got, err := op.Unresolved(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,7 +148,7 @@ func (x *explorer) checkFinal() error {
 		return err
 	}
 	for {
-		n, err := s.Purge(ctx, 0)
+		n, err := op.Purge(ctx, 0)
 		if err != nil {
 			return err
 		}

@@ -63,13 +63,13 @@ func (x *explorer) relocate(k *explKey) error {
 
 // moveOld moves the receipts where cond holds into the old partition (creating it when a purge
 // dropped it), applying set as well when it is not empty, flagged as Purge flags its own moves
-// (moveSetting).
+// (the setting tempotent.move, which the uniqueness trigger skips).
 func (x *explorer) moveOld(set, cond string, args ...any) error {
 	ctx := context.Background()
 	return pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
 		old := x.oldPartition()
 		from := exploreToday.AddDate(0, 0, -10)
-		if _, err := tx.Exec(ctx, "SELECT set_config($1, 'on', true)", moveSetting); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT set_config('tempotent.move', 'on', true)"); err != nil {
 			return err
 		}
 		var exists bool
@@ -103,7 +103,8 @@ func (x *explorer) oldPartition() string {
 // after it as ever.
 func explorePartitions(s *Store) error {
 	ctx := context.Background()
-	if err := s.Partition(ctx); err != nil {
+	op := operatorFor(s)
+	if err := op.Partition(ctx); err != nil {
 		return err
 	}
 	today := exploreToday
@@ -115,9 +116,14 @@ func explorePartitions(s *Store) error {
 			" FOR VALUES FROM (" + pgLiteral(today.AddDate(0, 0, -9)) + ") TO (" + pgLiteral(today.AddDate(0, 0, 1)) + ")",
 	} {
 		if _, err := s.db.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("%s: %w", firstLine(stmt), err)
+			return fmt.Errorf("%s: %w", stmt, err)
 		}
 	}
-	_, err := s.Purge(ctx, 0)
+	_, err := op.Purge(ctx, 0)
 	return err
+}
+
+// pgLiteral is t as a timestamptz literal, for the DDL that cannot take bind parameters.
+func pgLiteral(t time.Time) string {
+	return "'" + t.UTC().Format(time.RFC3339Nano) + "'::timestamptz"
 }

@@ -18,7 +18,7 @@ func (s *Store) statementName(sql string) string {
 	for name, stmt := range map[string]string{
 		"reserve": s.sql.reserve, "read": s.sql.read, "takeOver": s.sql.takeOver, "complete": s.sql.complete,
 		"completeSkipLocked": s.sql.completeSkipLocked, "completeBatch": s.sql.completeBatch, "release": s.sql.release,
-		"extend": s.sql.extend, "purge": s.sql.purge, "countUnresolved": s.sql.countUnresolved,
+		"extend": s.sql.extend,
 	} {
 		if sql == stmt {
 			return name

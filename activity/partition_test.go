@@ -359,7 +359,7 @@ func TestPartitionedTableWithoutTodayFailsWithWhatToDo(t *testing.T) {
 	require.NoError(t, err)
 	_, err = activity.Do(ctx, s, call(t, "order-1/charge", 1), func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, activity.ErrStore)
-	require.ErrorContains(t, err, "Store.Purge creates them")
+	require.ErrorContains(t, err, "operator.Client.Purge creates them")
 }
 
 // TestRetirementRacesTakeovers retires a day while attempts take over its receipts: each was left

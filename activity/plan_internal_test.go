@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // TestKeyedStatementsUseTheKey asks Postgres how it would run each statement that finds
@@ -91,7 +93,7 @@ func TestKeyedPlansMadeOnAFreshTable(t *testing.T) {
 		fingerprint_version, state, result, reservation, lease_expires_at, expires_at)
 	SELECT 'reserve', '', 'Charge', 'later-' || g, 'token-' || g, '\x00', 1, 'completed', $1::bytea, gen_random_uuid(),
 		NULL, now() + interval '7 days'
-	FROM generate_series(1, 2000) AS g`, voidResult)
+	FROM generate_series(1, 2000) AS g`, schema.VoidResult)
 	require.NoError(t, err)
 	for i, st := range statements {
 		under(t, s, conn, st.settings, func() {
@@ -116,7 +118,7 @@ func layoutStore(t *testing.T) *Store {
 	t.Helper()
 	s := reserveStore(t, Config{})
 	if os.Getenv("TEMPOTENT_TEST_PARTITIONED") != "" {
-		require.NoError(t, s.Partition(context.Background()))
+		require.NoError(t, operatorFor(s).Partition(context.Background()))
 	}
 	return s
 }

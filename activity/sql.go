@@ -14,14 +14,12 @@ import "fmt"
 // takeovers.
 //
 // A statement that finds a row and then updates or deletes it by its physical address matches
-// (tableoid, ctid), never ctid alone: on a partitioned table (Store.Partition) the same ctid
-// names a row in every partition.
+// (tableoid, ctid), never ctid alone: on a partitioned table (operator.Client.Partition) the same
+// ctid names a row in every partition.
 type statements struct {
 	settings, settingsAsync, txSettings, completeBatchSettings                                    string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
 	release, extend, insertFinal                                                                  string
-	purge, countUnresolved, countSince                                                            string
-	resolveApplied, resolveNotApplied                                                             string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -48,11 +46,6 @@ const receiptColumns = `fence, reservation, fingerprint, fingerprint_version, st
 const compensatedBy = `LEFT JOIN LATERAL (
 	SELECT c.token AS compensation_token, c.completed_at AS compensated_at FROM %[1]s AS c
 	WHERE c.compensates = r.token AND c.state = 'completed' LIMIT 1) AS comp ON true`
-
-// unresolved is the condition of a receipt whose outcome nobody knows: recorded as
-// OutcomeUnknown, or pending with an ended lease after an attempt that may have had its effect.
-// Purge keeps such receipts however old they are; an operator resolves them.
-const unresolved = `(error_type = 'tempotent.OutcomeUnknown' OR (state = 'pending' AND effect_possible AND lease_expires_at <= now()))`
 
 // stillPending is state = 'pending' for the statements that find their row by its key, written
 // so that the planner cannot prove from it the unresolved index's predicate (state = 'pending'
@@ -223,52 +216,6 @@ INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerp
 	workflow_id, run_id, activity_id, activity_type, compensates)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond',
 	$14, $15, $16, $17, $18)`, table),
-
-		// purge deletes up to $1 expired receipts whose outcome is settled: completed, failed
-		// for a known reason, or pending after an attempt that certainly had no effect and whose
-		// lease has ended. Unresolved receipts are never deleted, however old: deleting one would
-		// forget that an effect may have happened. SKIP LOCKED lets several purgers run without
-		// waiting on each other.
-		purge: fmt.Sprintf(`
-DELETE FROM %[1]s WHERE (tableoid, ctid) IN (
-	SELECT tableoid, ctid FROM %[1]s WHERE %[2]s
-	LIMIT $1 FOR UPDATE SKIP LOCKED)`, table, purgeable),
-
-		// countUnresolved counts every unresolved receipt, those of them past their retention
-		// (which purge keeps), and how long ago the longest-waiting one became unresolved (its
-		// outcome recorded as unknown, or its lease ended), in microseconds. The first condition
-		// is the unresolved index's.
-		countUnresolved: fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE expires_at <= now()),
-	coalesce((extract(epoch FROM now() - min(coalesce(completed_at, lease_expires_at))) * 1000000)::bigint, 0)
-FROM %[1]s WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s`, table, unresolved),
-
-		// resolveApplied and resolveNotApplied settle an unresolved receipt by hand ($1 its
-		// token, $3 who, $4 why). Race: an attempt that takes over first makes the lease live, and
-		// the receipt no longer unresolved, so the resolution matches nothing (and the other way
-		// round). Applied completes the receipt with the result $5: no attempt's write matches a
-		// completed receipt. Not applied leaves it pending with its lease ended and no effect
-		// possible, so that the next attempt takes over and calls again under the same token; the
-		// new reservation $2 (held by no attempt) is what keeps a stale holder of the ended lease
-		// from completing or releasing it afterwards, and makes an attempt that read the receipt
-		// before the resolution (and decided from its effect_possible) fail its takeover and read
-		// again, as release does.
-		resolveApplied: fmt.Sprintf(`
-UPDATE %[1]s SET state = 'completed', result = $5, failure = NULL, error_type = NULL, error_message = NULL,
-	reservation = $2, lease_expires_at = NULL, completed_at = now(), updated_at = now(),
-	expires_at = greatest(expires_at, now() + $6::bigint * interval '1 microsecond'),
-	resolved_at = now(), resolved_by = $3, resolution = $4
-WHERE token = $1 AND %[2]s`, table, unresolved),
-		resolveNotApplied: fmt.Sprintf(`
-UPDATE %[1]s SET state = 'pending', result = NULL, failure = NULL, error_type = NULL, error_message = NULL,
-	reservation = $2, lease_expires_at = least(coalesce(lease_expires_at, now()), now()), effect_possible = false,
-	completed_at = NULL, updated_at = now(), resolved_at = now(), resolved_by = $3, resolution = $4
-WHERE token = $1 AND %[2]s`, table, unresolved),
-
-		// countSince counts receipts by state, and the unresolved among them.
-		countSince: fmt.Sprintf(`SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'completed'),
-	count(*) FILTER (WHERE state = 'failed'),
-	count(*) FILTER (WHERE (state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND %[2]s)
-FROM %[1]s WHERE created_at >= $1`, table, unresolved),
 	}
 }
 

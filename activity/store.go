@@ -7,24 +7,19 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // Defaults applied by Config.WithDefaults.
 const (
 	// SchemaDefault is the Postgres schema that holds the receipts table.
-	SchemaDefault = "tempotent"
-	// RetentionDefault is how long a finished receipt is kept. It must exceed the longest time
-	// over which the same intent can be executed again: the activity's retry horizon
-	// (ScheduleToClose), the workflow's own retries, and how far back operators may Reset a
-	// workflow. Past it, the replay-horizon guard refuses to run the activity.
-	RetentionDefault = 7 * 24 * time.Hour
+	SchemaDefault = schema.Default
 	// MaxPayloadBytesDefault bounds a stored result. Temporal refuses payloads above 2 MiB by
 	// default; a smaller limit keeps receipts rows well clear of it.
 	MaxPayloadBytesDefault = 1 << 20
@@ -37,8 +32,6 @@ const (
 	// InProgressWaitDefault is how long a duplicate waits in process for a live attempt to
 	// finish before it gives up with an InProgressError.
 	InProgressWaitDefault = time.Second
-	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
-	PurgeBatchDefault = 1000
 	// LockTimeoutDefault bounds how long a receipt statement waits for a row lock held
 	// elsewhere (Postgres' lock_timeout, set for that statement alone).
 	LockTimeoutDefault = 2 * time.Second
@@ -51,7 +44,11 @@ const (
 type Config struct {
 	// Schema is the Postgres schema of the receipts table. Default SchemaDefault.
 	Schema string
-	// Retention is how long finished receipts are kept; see RetentionDefault.
+	// Retention is how long finished receipts are kept: it must exceed the longest time over
+	// which the same intent can be executed again (the activity's retry horizon, the workflow's
+	// own retries, how far back operators may Reset a workflow); past it, the replay-horizon
+	// guard refuses to run the activity. Give the operator.Config that purges these receipts the
+	// same. Default operator.RetentionDefault, 7 days.
 	Retention time.Duration
 	// MaxPayloadBytes bounds a stored result; a larger one is a non-retryable
 	// ErrTypePayloadTooLarge failure. Default MaxPayloadBytesDefault.
@@ -93,9 +90,10 @@ type Config struct {
 	// the SDK's default converter does not apply the client's codecs to failure details.
 	// Default temporal.GetDefaultFailureConverter().
 	FailureConverter converter.FailureConverter
-	// MetricsHandler receives the store's own gauges, those not tied to one activity (see
-	// MetricUnresolvedHeld). Default client.MetricsNopHandler. Counters of an activity's
-	// receipts go to that activity's metrics handler.
+	// MetricsHandler receives the metrics not tied to one activity: the worker's purger sends
+	// its count of purged receipts and the gauges of unresolved receipts (operator.MetricUnresolved)
+	// here. Default client.MetricsNopHandler. Counters of an activity's receipts go to that
+	// activity's metrics handler.
 	MetricsHandler client.MetricsHandler
 	// Tracer, when set, traces every receipt step (SpanReserve, SpanCall, SpanComplete,
 	// SpanReplay) as a child of the span in the activity's context. Give the tracer of the SDK's
@@ -112,7 +110,7 @@ func (c *Config) WithDefaults() Config {
 		out = *c
 	}
 	out.Schema = cmp.Or(out.Schema, SchemaDefault)
-	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	out.Retention = cmp.Or(out.Retention, schema.RetentionDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, InProgressDelayMaxDefault)
 	out.InProgressWait = cmp.Or(out.InProgressWait, InProgressWaitDefault)
@@ -187,7 +185,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 		db:               db,
 		receipts:         db,
 		cfg:              c,
-		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
+		sql:              newStatements(schema.ReceiptsTable(c.Schema)),
 		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
 		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
 	}
@@ -199,34 +197,5 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// seal applies Config.Codecs to a result before it is stored, last to first as the SDK does.
-func (s *Store) seal(p *commonpb.Payload) (*commonpb.Payload, error) {
-	ps := []*commonpb.Payload{p}
-	for i := len(s.cfg.Codecs) - 1; i >= 0; i-- {
-		var err error
-		if ps, err = s.cfg.Codecs[i].Encode(ps); err != nil {
-			return nil, fmt.Errorf("encode result with Config.Codecs: %w", err)
-		}
-	}
-	return ps[0], nil
-}
-
-// open reverses seal on a stored result, so that what the receipt returns is the DataConverter's
-// payload, which the SDK encodes with the client's codecs once. A void result (voidResult) opens
-// as no payload, as it was returned.
-func (s *Store) open(p *commonpb.Payload) (*commonpb.Payload, error) {
-	if isVoid(p) {
-		return nil, nil
-	}
-	ps := []*commonpb.Payload{p}
-	for _, c := range s.cfg.Codecs {
-		var err error
-		if ps, err = c.Decode(ps); err != nil {
-			return nil, fmt.Errorf("decode recorded result with Config.Codecs: %w", err)
-		}
-	}
-	if len(ps) != 1 {
-		return nil, fmt.Errorf("decode recorded result with Config.Codecs: got %d payloads, want 1", len(ps))
-	}
-	return ps[0], nil
-}
+// table is the receipts table, quoted.
+func (s *Store) table() string { return schema.ReceiptsTable(s.cfg.Schema) }

@@ -1,7 +1,7 @@
-// What an operator does with receipts without SQL: list them, read one, settle an unknown outcome,
-// count them. The tempotent command (cmd/tempotent) is built on these.
+// Receipts as an operator reads them: a page of them (Receipts), or one with its compensations
+// (Receipt).
 
-package activity
+package operator
 
 import (
 	"context"
@@ -13,9 +13,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/tempotent/tempotent/internal/errtype"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
+)
+
+// Receipt states, as Receipt.State holds them and Filter.State selects them.
+const (
+	StatePending   = schema.StatePending
+	StateCompleted = schema.StateCompleted
+	StateFailed    = schema.StateFailed
 )
 
 // Receipt is a receipt as an operator reads it: every column, and what it means.
@@ -38,8 +46,8 @@ type Receipt struct {
 	Attempts int
 	// Fingerprint is the request's fingerprint, as "v<version>:<hex>".
 	Fingerprint string
-	// Result is the recorded result as the DataConverter made it (Config.Codecs undone), nil
-	// when there is none; ResultText renders it.
+	// Result is the recorded result as the workers' DataConverter made it (Config.Codecs
+	// undone), nil when there is none; ResultText renders it.
 	Result *commonpb.Payload
 	// ErrorType and ErrorMessage are the recorded failure's.
 	ErrorType, ErrorMessage string
@@ -56,11 +64,11 @@ type Receipt struct {
 	WorkflowID, RunID, ActivityID, ActivityType string
 	// Compensates is the token of the forward step this compensation undoes, if it is one.
 	Compensates keys.Token
-	// Compensations are the receipts of the compensations of this step (Store.Receipt fills it;
-	// Store.Receipts does not).
+	// Compensations are the receipts of the compensations of this step (Client.Receipt fills
+	// it; Client.Receipts does not).
 	Compensations []Receipt
-	// Set when an operator resolved the receipt (Store.Resolve) or re-armed it (Store.Rearm; see
-	// Rearmed): the last such action. The audit log (Store.Audit) has every one.
+	// Set when an operator resolved the receipt (Client.Resolve) or re-armed it (Client.Rearm;
+	// see Rearmed): the last such action. The audit log (Client.Audit) has every one.
 	ResolvedAt             *time.Time
 	ResolvedBy, Resolution string
 }
@@ -98,7 +106,7 @@ const (
 	FilterLeaseEnded = "lease-ended"
 )
 
-// Filter selects receipts for Store.Receipts. Its zero value selects every receipt.
+// Filter selects receipts for Client.Receipts. Its zero value selects every receipt.
 type Filter struct {
 	// State is "" (any), StatePending, StateCompleted, StateFailed, FilterUnresolved,
 	// FilterUnknown or FilterLeaseEnded.
@@ -116,7 +124,7 @@ type Filter struct {
 	After string
 }
 
-// Page sizes of Store.Receipts.
+// Page sizes of Client.Receipts.
 const (
 	ListLimitDefault = 50
 	ListLimitMax     = 1000
@@ -136,19 +144,15 @@ var ErrNoReceipt = errors.New("no receipt")
 // an After that no page returned.
 var ErrInvalidFilter = errors.New("invalid receipt filter")
 
-// ErrNotUnresolved is matched by Resolve's error for a receipt whose outcome is not unresolved:
-// it is recorded, or an attempt is running, and resolving it by hand would overwrite what
-// happened.
-var ErrNotUnresolved = errors.New("receipt is not unresolved")
-
 // operatorColumns are the columns scanOperator reads, in its order.
 const operatorColumns = `namespace, tenant, operation, id, token, state, fingerprint_version, fingerprint, fence, attempts,
 	effect_possible, result, coalesce(error_type, ''), coalesce(error_message, ''), lease_expires_at, lease_expires_at <= now(),
 	created_at, updated_at, completed_at, expires_at, coalesce(workflow_id, ''), coalesce(run_id, ''),
 	coalesce(activity_id, ''), coalesce(activity_type, ''), coalesce(compensates, ''), resolved_at,
-	coalesce(resolved_by, ''), coalesce(resolution, ''), coalesce(` + unresolved + `, false)`
+	coalesce(resolved_by, ''), coalesce(resolution, ''), coalesce(` + schema.Unresolved + `, false)`
 
-func (s *Store) scanOperator(row pgx.Row) (Receipt, error) {
+// scan reads a row of operatorColumns.
+func (c *Client) scan(row pgx.Row) (Receipt, error) {
 	var (
 		r          Receipt
 		token      string
@@ -169,7 +173,7 @@ func (s *Store) scanOperator(row pgx.Row) (Receipt, error) {
 	switch {
 	case r.State == StateCompleted:
 		r.Status = StatusSucceeded
-	case r.ErrorType == ErrTypeOutcomeUnknown:
+	case r.ErrorType == errtype.OutcomeUnknown:
 		r.Status = StatusUnknown
 	case r.State == StateFailed:
 		r.Status = StatusFailed
@@ -179,11 +183,7 @@ func (s *Store) scanOperator(row pgx.Row) (Receipt, error) {
 		r.Status = StatusRunning
 	}
 	if result != nil {
-		p := &commonpb.Payload{}
-		if err := proto.Unmarshal(result, p); err != nil {
-			return Receipt{}, fmt.Errorf("receipt %s: decode its result: %w", r.Token, err)
-		}
-		if r.Result, err = s.open(p); err != nil {
+		if r.Result, err = schema.DecodeResult(c.cfg.Codecs, result); err != nil {
 			return Receipt{}, fmt.Errorf("receipt %s: %w", r.Token, err)
 		}
 	}
@@ -193,7 +193,7 @@ func (s *Store) scanOperator(row pgx.Row) (Receipt, error) {
 // Receipts returns a page of the receipts that f selects, oldest first. The unresolved, unknown
 // and workflow filters read an index; other listings of a large table read the table (run them
 // off peak, or against a replica).
-func (s *Store) Receipts(ctx context.Context, f Filter) (Page, error) {
+func (c *Client) Receipts(ctx context.Context, f Filter) (Page, error) {
 	where, args, err := f.where()
 	if err != nil {
 		return Page{}, err
@@ -204,14 +204,14 @@ func (s *Store) Receipts(ctx context.Context, f Filter) (Page, error) {
 	}
 	limit = min(limit, ListLimitMax)
 	q := fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY created_at, token LIMIT %d`,
-		operatorColumns, s.table(), where, limit+1)
-	rows, err := s.db.Query(ctx, q, args...)
+		operatorColumns, c.receipts, where, limit+1)
+	rows, err := c.db.Query(ctx, q, args...)
 	if err != nil {
-		return Page{}, fmt.Errorf("list receipts: %w", s.explain(err))
+		return Page{}, fmt.Errorf("list receipts: %w", c.explain(err))
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Receipt, error) { return s.scanOperator(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Receipt, error) { return c.scan(row) })
 	if err != nil {
-		return Page{}, fmt.Errorf("list receipts: %w", s.explain(err))
+		return Page{}, fmt.Errorf("list receipts: %w", c.explain(err))
 	}
 	page := Page{Receipts: out}
 	if len(out) > limit {
@@ -235,7 +235,7 @@ func (f Filter) where() (string, []any, error) {
 		conds = append(conds, "state = "+arg(f.State))
 	case FilterUnresolved:
 		// The first condition is the unresolved index's, so that the planner uses it.
-		conds = append(conds, "(state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND "+unresolved)
+		conds = append(conds, "(state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND "+schema.Unresolved)
 	case FilterUnknown:
 		conds = append(conds, "(state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND error_type = 'tempotent.OutcomeUnknown'")
 	case FilterLeaseEnded:
@@ -286,168 +286,24 @@ func decodeCursor(s string) (time.Time, string, error) {
 
 // Receipt returns the receipt under token, with the receipts of its compensations. Its error
 // matches ErrNoReceipt when there is none. (For a Key, pass k.Token().)
-func (s *Store) Receipt(ctx context.Context, token keys.Token) (Receipt, error) {
-	q := fmt.Sprintf(`SELECT %s FROM %s WHERE token = $1`, operatorColumns, s.table())
-	r, err := s.scanOperator(s.db.QueryRow(ctx, q, string(token)))
+func (c *Client) Receipt(ctx context.Context, token keys.Token) (Receipt, error) {
+	q := fmt.Sprintf(`SELECT %s FROM %s WHERE token = $1`, operatorColumns, c.receipts)
+	r, err := c.scan(c.db.QueryRow(ctx, q, string(token)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Receipt{}, fmt.Errorf("%w under token %s in schema %q: it was never written, was purged after its retention, or is in another schema",
-			ErrNoReceipt, token, s.cfg.Schema)
+			ErrNoReceipt, token, c.cfg.Schema)
 	}
 	if err != nil {
-		return Receipt{}, fmt.Errorf("read receipt %s: %w", token, s.explain(err))
+		return Receipt{}, fmt.Errorf("read receipt %s: %w", token, c.explain(err))
 	}
 	q = fmt.Sprintf(`SELECT %s FROM %s WHERE compensates = $1 AND namespace = $2 AND tenant = $3 ORDER BY created_at`,
-		operatorColumns, s.table())
-	rows, err := s.db.Query(ctx, q, string(token), r.Key.Namespace, r.Key.Tenant)
+		operatorColumns, c.receipts)
+	rows, err := c.db.Query(ctx, q, string(token), r.Key.Namespace, r.Key.Tenant)
 	if err == nil {
-		r.Compensations, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Receipt, error) { return s.scanOperator(row) })
+		r.Compensations, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Receipt, error) { return c.scan(row) })
 	}
 	if err != nil {
-		return Receipt{}, fmt.Errorf("read the compensations of receipt %s: %w", token, s.explain(err))
+		return Receipt{}, fmt.Errorf("read the compensations of receipt %s: %w", token, c.explain(err))
 	}
 	return r, nil
 }
-
-// Resolution settles an unresolved receipt: what a person found out at the downstream.
-type Resolution struct {
-	// Applied: the effect happened. The receipt is completed with Result, and the next
-	// attempt of the activity returns Result without calling anything. Otherwise the effect
-	// did not happen: the receipt's lease stays ended with no effect possible, and the next
-	// attempt calls the downstream again, under the same token. Say so only once no attempt
-	// can still be sending: a worker frozen in the middle of its call (a long pause, a VM
-	// freeze) may still deliver its request, and the receipt cannot fence the downstream.
-	Applied bool
-	// Result is the activity's result to record when Applied, encoded with the store's
-	// DataConverter and Codecs as an activity's own result would be: give a value of the
-	// activity's result type (or json.RawMessage with its JSON). Required with Applied, and
-	// refused without it.
-	Result any
-	// By and Reason are recorded with the resolution: who, and why (a ticket, what the
-	// provider's dashboard showed). Both are required.
-	By, Reason string
-}
-
-// Resolve settles the unresolved receipt under token as r says, and returns it as it now is, and
-// records who, when, why and whether applied in the audit log (Audit) in the same statement. It
-// refuses (ErrNotUnresolved) a receipt whose outcome is recorded or whose attempt is running:
-// only a receipt that Receipt.Unresolved marks may be settled by hand. An attempt that still
-// holds an ended lease loses it: its late write matches nothing, and it returns what r recorded
-// (Applied) or a retryable FencedOut (not applied), after which the next attempt calls again.
-func (s *Store) Resolve(ctx context.Context, token keys.Token, r Resolution) (Receipt, error) {
-	if strings.TrimSpace(r.By) == "" || strings.TrimSpace(r.Reason) == "" {
-		return Receipt{}, errors.New("resolve: say who resolves (Resolution.By) and why (Resolution.Reason); both are recorded on the receipt")
-	}
-	if r.Applied && r.Result == nil {
-		// The next attempt would return the zero value of the activity's result type.
-		return Receipt{}, errors.New(`resolve: Applied needs Resolution.Result, the activity's result as the effect produced it (json.RawMessage("null") for an activity that returns none)`)
-	}
-	if !r.Applied && r.Result != nil {
-		// Most likely a forgotten Applied: recording "not applied" would have the next attempt
-		// call again, and a second effect, where the caller meant to record one.
-		return Receipt{}, errors.New("resolve: Resolution.Result is set but Applied is false; set Applied to record the result, or drop Result to record that the effect did not happen")
-	}
-	current, err := s.Receipt(ctx, token)
-	if err != nil {
-		return Receipt{}, fmt.Errorf("resolve: %w", err)
-	}
-	var stmt string
-	args := []any{string(token), newReservation().uuid(), r.By, r.Reason}
-	if r.Applied {
-		p, err := s.encode(current.Key, r.Result)
-		if err != nil {
-			return Receipt{}, fmt.Errorf("resolve %s: encode the result: %w", token, err)
-		}
-		if err := s.checkSize(current.Key, p); err != nil {
-			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)
-		}
-		// Stored as every result is (outcome): sealed with Config.Codecs, so that an
-		// operator's result is not the one kept in cleartext at rest.
-		out, err := s.outcome(current.Key, p, nil)
-		if err != nil {
-			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)
-		}
-		stmt = s.sql.resolveApplied
-		args = append(args, out.result, s.cfg.Retention.Microseconds())
-	} else {
-		stmt = s.sql.resolveNotApplied
-	}
-	stmt, args = s.audited(stmt, args, AuditResolve, map[string]bool{"applied": r.Applied})
-	tag, err := s.exec(ctx, stmt, args...)
-	if err != nil {
-		return Receipt{}, fmt.Errorf("resolve %s: %w", token, s.explain(err))
-	}
-	if tag.RowsAffected() == 0 {
-		now, err := s.Receipt(ctx, token)
-		if err != nil {
-			return Receipt{}, fmt.Errorf("resolve: %w", err)
-		}
-		return now, fmt.Errorf("%w: receipt %s is %s; only an unknown outcome, or a lease that ended after a possible effect, can be resolved",
-			ErrNotUnresolved, token, now.Status)
-	}
-	return s.Receipt(ctx, token)
-}
-
-// Stats is a count of receipts by operation and state.
-type Stats struct {
-	Operations []OperationStats
-	Total      OperationStats
-	// OldestUnresolved is how long the longest-waiting unresolved receipt has waited (since its
-	// outcome became unknown or its lease ended); zero when there is none.
-	OldestUnresolved time.Duration
-	// Expired counts the receipts past their retention that Purge has not deleted yet (the
-	// unresolved among them it keeps).
-	Expired int64
-}
-
-// OperationStats counts one operation's receipts (Operation is empty in Stats.Total).
-type OperationStats struct {
-	Operation                                       string
-	Running, LeaseEnded, Succeeded, Failed, Unknown int64
-	Unresolved                                      int64
-}
-
-// Stats counts the receipts by operation and state. It reads the whole table: on a large one,
-// run it off peak or against a replica.
-func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	q := fmt.Sprintf(`SELECT operation,
-	count(*) FILTER (WHERE state = 'pending' AND lease_expires_at > now()),
-	count(*) FILTER (WHERE state = 'pending' AND lease_expires_at <= now()),
-	count(*) FILTER (WHERE state = 'completed'),
-	count(*) FILTER (WHERE state = 'failed' AND error_type IS DISTINCT FROM 'tempotent.OutcomeUnknown'),
-	count(*) FILTER (WHERE error_type = 'tempotent.OutcomeUnknown'),
-	count(*) FILTER (WHERE %[2]s)
-FROM %[1]s GROUP BY operation ORDER BY operation`, s.table(), unresolved)
-	rows, err := s.db.Query(ctx, q)
-	if err != nil {
-		return Stats{}, fmt.Errorf("count receipts: %w", s.explain(err))
-	}
-	var st Stats
-	st.Operations, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (OperationStats, error) {
-		var o OperationStats
-		err := row.Scan(&o.Operation, &o.Running, &o.LeaseEnded, &o.Succeeded, &o.Failed, &o.Unknown, &o.Unresolved)
-		return o, err
-	})
-	if err != nil {
-		return Stats{}, fmt.Errorf("count receipts: %w", s.explain(err))
-	}
-	for _, o := range st.Operations {
-		st.Total.Running += o.Running
-		st.Total.LeaseEnded += o.LeaseEnded
-		st.Total.Succeeded += o.Succeeded
-		st.Total.Failed += o.Failed
-		st.Total.Unknown += o.Unknown
-		st.Total.Unresolved += o.Unresolved
-	}
-	u, err := s.unresolvedNow(ctx)
-	if err != nil {
-		return Stats{}, err
-	}
-	st.OldestUnresolved = u.oldest
-	err = s.db.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE expires_at <= now()`, s.table())).Scan(&st.Expired)
-	if err != nil {
-		return Stats{}, fmt.Errorf("count expired receipts: %w", s.explain(err))
-	}
-	return st, nil
-}
-
-func (s *Store) table() string { return pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize() }

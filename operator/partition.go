@@ -1,21 +1,20 @@
-package activity
+package operator
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // Partitioned receipts.
 //
 // A busy store keeps hundreds of millions of receipts, and purging them by DELETE rewrites and
-// then vacuums every row it removes (bench/NOTEBOOK.md, row 11). Store.Partition turns the receipts
+// then vacuums every row it removes (bench/NOTEBOOK.md, row 11). Client.Partition turns the receipts
 // table into one partition per UTC day of a column of its own, bucket (when the receipt was
 // written, or moved), so that Purge drops a whole day at once instead. What changes:
 //
@@ -28,7 +27,7 @@ import (
 //     holding the lock (and waited for). A duplicate reservation (pending) is skipped, as the
 //     reserving statements' ON CONFLICT DO NOTHING would have; a duplicate finished receipt
 //     (DoInNewTx, DoInTx) fails with unique_violation, as its plain INSERT would have.
-//   - Retention. Purge creates the partitions of the days ahead (partitionsAhead), and retires
+//   - Retention. Purge creates the partitions of the days ahead (schema.PartitionsAhead), and retires
 //     a day once the store's retention and a day's grace have passed since it ended: it first
 //     moves the receipts that must stay — unresolved ones, and live ones whose retention a
 //     takeover or a late completion extended — into today's partition (bucket = now; created_at,
@@ -40,10 +39,6 @@ import (
 // by run and size).
 
 const (
-	// partitionsAhead is how many days of partitions Purge keeps created ahead of today: three
-	// days in which inserts go on if purging stops. Not more: a lookup by key probes every
-	// partition, the empty ones ahead included.
-	partitionsAhead = 3
 	// retireGrace is how long after its retention has passed since a day ended that day's
 	// partition is retired: receipts whose lease outlived their day end later than the retention.
 	retireGrace = 24 * time.Hour
@@ -54,19 +49,12 @@ const (
 	moveSetting = "tempotent.move"
 )
 
-// purgeable is the condition of a receipt Purge may forget: past its retention and settled
-// (completed, failed for a known reason, or pending after attempts that certainly had no effect
-// and whose lease has ended). Its negation is what keeps a partition from being dropped.
-const purgeable = `expires_at <= now() AND (state = 'completed'
-		OR (state = 'failed' AND error_type IS DISTINCT FROM 'tempotent.OutcomeUnknown')
-		OR (state = 'pending' AND NOT effect_possible AND lease_expires_at <= now()))`
-
 // keep is the condition of a receipt a retiring partition must not take with it. Its first
 // clause, a superset, lets Postgres find them on the expires_at and unresolved indexes instead of
 // reading the whole partition.
-const keep = `(expires_at > now() OR state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND NOT coalesce(` + purgeable + `, false)`
+const keep = `(expires_at > now() OR state = 'pending' OR error_type = 'tempotent.OutcomeUnknown') AND NOT coalesce(` + schema.Purgeable + `, false)`
 
-// Partition converts the store's receipts table to daily partitions (see the comment above), in
+// Partition converts the receipts table to daily partitions (see the comment above), in
 // place and without losing a receipt; calling it on a partitioned table only creates the
 // partitions ahead. Run it once, from one process (the tempotent command's receipts partition),
 // after Migrate; workers may keep running. The existing rows become one partition,
@@ -80,34 +68,34 @@ const keep = `(expires_at > now() OR state = 'pending' OR error_type = 'tempoten
 // receipt statements while it runs (milliseconds; bench-scale measures it on 10 million receipts).
 // Building the index waits for every transaction older than it in the database to end.
 //
-// On a partitioned table, receipts are written under READ COMMITTED only: a DoInTx in a
-// REPEATABLE READ or SERIALIZABLE transaction fails with a StoreError that says so, because its
-// snapshot could not see a duplicate committed in another day's partition. A lookup by key
-// probes every partition and each insert runs the trigger: bench/NOTEBOOK.md, row 11, has what
-// that costs against what it saves.
-func (s *Store) Partition(ctx context.Context) error {
-	if err := s.Check(ctx); err != nil {
+// On a partitioned table, receipts are written under READ COMMITTED only: an activity.DoInTx in
+// a REPEATABLE READ or SERIALIZABLE transaction fails with an activity.StoreError that says so,
+// because its snapshot could not see a duplicate committed in another day's partition. A lookup
+// by key probes every partition and each insert runs the trigger: bench/NOTEBOOK.md, row 11, has
+// what that costs against what it saves.
+func (c *Client) Partition(ctx context.Context) error {
+	if err := schema.Check(ctx, c.db, c.cfg.Schema); err != nil {
 		return fmt.Errorf("partition receipts: %w", err)
 	}
-	on, err := s.Partitioned(ctx)
+	on, err := c.Partitioned(ctx)
 	if err != nil {
 		return fmt.Errorf("partition receipts: %w", err)
 	}
 	if !on {
-		if err := s.convert(ctx); err != nil {
+		if err := c.convert(ctx); err != nil {
 			return fmt.Errorf("partition receipts: %w", err)
 		}
 	}
-	if err := s.createAhead(ctx); err != nil {
+	if err := c.createAhead(ctx); err != nil {
 		return fmt.Errorf("partition receipts: %w", err)
 	}
 	return nil
 }
 
-// Partitioned reports whether the store's receipts table is partitioned (Partition).
-func (s *Store) Partitioned(ctx context.Context) (bool, error) {
+// Partitioned reports whether the receipts table is partitioned (Partition).
+func (c *Client) Partitioned(ctx context.Context) (bool, error) {
 	var on *bool
-	if err := s.db.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)", s.table()).Scan(&on); err != nil {
+	if err := c.db.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)", c.receipts).Scan(&on); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -117,18 +105,18 @@ func (s *Store) Partitioned(ctx context.Context) (bool, error) {
 }
 
 // convert moves a plain receipts table under a partitioned one, in the steps Partition describes.
-func (s *Store) convert(ctx context.Context) (err error) {
-	t, q := s.table(), pgx.Identifier{s.cfg.Schema}.Sanitize()
+func (c *Client) convert(ctx context.Context) (err error) {
+	t, q := c.receipts, pgx.Identifier{c.cfg.Schema}.Sanitize()
 	// An index that a failed earlier run left invalid is dropped and built again.
 	var invalid bool
-	if err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
+	if err := c.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
 		q+".receipts_bucket_key").Scan(&invalid); err != nil {
 		return err
 	}
 	// The legacy partition's bound: rows reserved until then go to it. Two days ahead, so that
 	// the rows inserted while this runs fall under it.
 	var cutover time.Time
-	if err := s.db.QueryRow(ctx, "SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '2 days'").Scan(&cutover); err != nil {
+	if err := c.db.QueryRow(ctx, "SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '2 days'").Scan(&cutover); err != nil {
 		return err
 	}
 	bound := pgLiteral(cutover)
@@ -138,7 +126,7 @@ func (s *Store) convert(ctx context.Context) (err error) {
 		if err == nil {
 			return
 		}
-		if derr := s.ddl(context.WithoutCancel(ctx), `ALTER TABLE `+t+` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, true); derr != nil {
+		if derr := c.ddl(context.WithoutCancel(ctx), `ALTER TABLE `+t+` DROP CONSTRAINT IF EXISTS receipts_legacy_bound`, true); derr != nil {
 			err = errors.Join(err, fmt.Errorf("drop the constraint receipts_legacy_bound, which will refuse receipts after %s: %w", cutover.Format(time.RFC3339), derr))
 		}
 		err = fmt.Errorf("convert the table (the receipts are as they were; run again): %w", err)
@@ -161,13 +149,13 @@ func (s *Store) convert(ctx context.Context) (err error) {
 		if step.skip {
 			continue
 		}
-		if err := s.ddl(ctx, step.stmt, step.bounded); err != nil {
+		if err := c.ddl(ctx, step.stmt, step.bounded); err != nil {
 			return err
 		}
 	}
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
 		for _, stmt := range []string{
-			"SELECT set_config('lock_timeout', '" + s.lockTimeout + "', true)",
+			"SELECT set_config('lock_timeout', '" + c.lockTimeout + "', true)",
 			"LOCK TABLE " + t + " IN ACCESS EXCLUSIVE MODE",
 			"ALTER TABLE " + t + " RENAME TO receipts_legacy",
 			"ALTER TABLE " + q + ".receipts_legacy ADD CONSTRAINT receipts_bucket_key UNIQUE USING INDEX receipts_bucket_key",
@@ -227,17 +215,17 @@ $$`
 }
 
 // ddl runs one schema change outside a transaction block (as CREATE INDEX CONCURRENTLY must
-// run). When bounded, it waits at most the store's lock timeout for its lock, so that it never
+// run). When bounded, it waits at most the client's lock timeout for its lock, so that it never
 // queues behind a long transaction with the receipt statements queued behind it.
-func (s *Store) ddl(ctx context.Context, stmt string, bounded bool) error {
-	conn, err := s.db.Acquire(ctx)
+func (c *Client) ddl(ctx context.Context, stmt string, bounded bool) error {
+	conn, err := c.db.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
 	timeout := "0" // none
 	if bounded {
-		timeout = s.lockTimeout
+		timeout = c.lockTimeout
 	}
 	if _, err := conn.Exec(ctx, "SET lock_timeout = "+timeout); err != nil {
 		return err
@@ -250,185 +238,4 @@ func (s *Store) ddl(ctx context.Context, stmt string, bounded bool) error {
 		return fmt.Errorf("%s: %w", firstLine(stmt), err)
 	}
 	return nil
-}
-
-// partition is one day of receipts: bucket in [from, to); from is the zero time for the legacy
-// partition, which starts at MINVALUE.
-type partition struct {
-	name     string
-	from, to time.Time
-	rows     float64 // Postgres' estimate (pg_class.reltuples), -1 if never counted
-}
-
-// partitions lists the receipts' partitions in bound order.
-func (s *Store) partitions(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]partition, error) {
-	rows, err := db.Query(ctx, `
-SELECT c.relname,
-	(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']*)''\)'))[1]::timestamptz,
-	(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz,
-	c.reltuples
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = to_regclass($1) AND c.relispartition
-ORDER BY 3`, s.table())
-	if err != nil {
-		return nil, fmt.Errorf("list partitions: %w", err)
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition, error) {
-		var (
-			p        partition
-			from, to *time.Time
-		)
-		err := r.Scan(&p.name, &from, &to, &p.rows)
-		if from != nil {
-			p.from = *from
-		}
-		if to != nil {
-			p.to = *to
-		}
-		return p, err
-	})
-	// A partition that another purger is detaching has no bound any more: it is not listed.
-	return slices.DeleteFunc(ps, func(p partition) bool { return p.to.IsZero() }), err
-}
-
-// createAhead creates the partitions that are missing from the last one's end to partitionsAhead
-// days from now, one per UTC day, in one transaction that purgers of the schema take in turn.
-func (s *Store) createAhead(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock(hashtext('tempotent.partitions.' || $2))",
-			s.lockTimeout, s.cfg.Schema); err != nil {
-			return err
-		}
-		var last, horizon time.Time
-		if err := tx.QueryRow(ctx, "SELECT now() + $1::int * interval '1 day'", partitionsAhead).Scan(&horizon); err != nil {
-			return err
-		}
-		ps, err := s.partitions(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if len(ps) == 0 {
-			return errors.New("the receipts table has no partitions: it was not made by Store.Partition")
-		}
-		last = ps[len(ps)-1].to
-		for from := last.UTC(); from.Before(horizon); {
-			to := from.AddDate(0, 0, 1).Truncate(24 * time.Hour)
-			name := pgx.Identifier{s.cfg.Schema, "receipts_" + from.Format("20060102")}.Sanitize()
-			// Created apart and then attached: CREATE TABLE … PARTITION OF would lock the parent
-			// against every receipt statement, ATTACH only against other schema changes.
-			for _, stmt := range []string{
-				"CREATE TABLE " + name + " (LIKE " + s.table() + " INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
-				"ALTER TABLE " + s.table() + " ATTACH PARTITION " + name + " FOR VALUES FROM (" + pgLiteral(from) + ") TO (" + pgLiteral(to) + ")",
-			} {
-				if _, err := tx.Exec(ctx, stmt); err != nil {
-					return fmt.Errorf("create partition %s: %w", name, err)
-				}
-			}
-			from = to
-		}
-		return nil
-	})
-}
-
-// purgePartitions is Purge on a partitioned table: it creates the partitions ahead and retires
-// every day whose retention and grace have passed. It returns how many receipts the dropped
-// partitions held, as Postgres estimates them.
-func (s *Store) purgePartitions(ctx context.Context) (int64, error) {
-	if err := s.createAhead(ctx); err != nil {
-		return 0, err
-	}
-	ps, err := s.partitions(ctx, s.db)
-	if err != nil {
-		return 0, err
-	}
-	var dropped float64
-	for _, p := range ps {
-		if time.Since(p.to) < s.cfg.Retention+retireGrace {
-			break // in bound order: the later ones are younger
-		}
-		ok, err := s.retire(ctx, p)
-		if err != nil {
-			return int64(dropped), fmt.Errorf("retire partition %s: %w", p.name, err)
-		}
-		if ok {
-			dropped += math.Max(p.rows, 0)
-		}
-	}
-	return int64(dropped), nil
-}
-
-// retire moves what p must keep into today's partition, then detaches and drops p if nothing
-// that must be kept is left in it: a receipt whose lease is live is not moved (its attempt's
-// next write would fail on the move), and holds the partition until a later Purge. It reports
-// whether p was dropped.
-func (s *Store) retire(ctx context.Context, p partition) (bool, error) {
-	from := "'-infinity'"
-	if !p.from.IsZero() {
-		from = pgLiteral(p.from)
-	}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true), set_config($3, 'on', true)",
-			s.lockTimeout, s.statementTimeout, moveSetting)
-		if err == nil {
-			_, err = tx.Exec(ctx, "UPDATE "+s.table()+" SET bucket = now(), updated_at = now()"+
-				" WHERE bucket >= "+from+" AND bucket < "+pgLiteral(p.to)+
-				" AND "+keep+" AND (lease_expires_at IS NULL OR lease_expires_at <= now())")
-		}
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("move the receipts it must keep: %w", err)
-	}
-	name := pgx.Identifier{s.cfg.Schema, p.name}.Sanitize()
-	var dropped bool
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		// Purgers of the schema take turns (createAhead's lock); one that comes second finds
-		// the partition gone, in a statement whose snapshot is taken after the lock.
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock(hashtext('tempotent.partitions.' || $2))",
-			s.lockTimeout, s.cfg.Schema); err != nil {
-			return err
-		}
-		var attached bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2))",
-			name, s.table()).Scan(&attached); err != nil {
-			return err
-		}
-		if !attached {
-			return errHeld
-		}
-		if _, err := tx.Exec(ctx, "ALTER TABLE "+s.table()+" DETACH PARTITION "+name); err != nil {
-			return err
-		}
-		var held bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+name+" WHERE "+keep+")").Scan(&held); err != nil {
-			return err
-		}
-		if held {
-			return errHeld // rolls the detach back
-		}
-		_, err := tx.Exec(ctx, "DROP TABLE "+name)
-		dropped = err == nil
-		return err
-	})
-	if errors.Is(err, errHeld) {
-		return false, nil
-	}
-	return dropped, err
-}
-
-// errHeld rolls back a retirement that must not drop its partition: it holds receipts that must
-// be kept, or another purger retired it first.
-var errHeld = errors.New("the partition holds receipts that must be kept, or is gone")
-
-// pgLiteral is t as a timestamptz literal, for the DDL that cannot take bind parameters.
-func pgLiteral(t time.Time) string {
-	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'::timestamptz"
-}
-
-// firstLine is stmt's first line, to say which statement failed.
-func firstLine(stmt string) string {
-	line, _, _ := strings.Cut(stmt, "\n")
-	return line
 }

@@ -1,4 +1,4 @@
-package activity
+package schema
 
 import (
 	"encoding/hex"
@@ -7,14 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The value migration 006 gives old void results is the one outcome stores for a void result.
+// The value migration 006 gives old void results is the one EncodeResult stores for a void result.
 func TestVoidResultIsTheMigrationsValue(t *testing.T) {
 	t.Parallel()
-	migrations, err := Migrations("")
+	migrations, err := Migrations(Default)
 	require.NoError(t, err)
 	for _, m := range migrations {
 		if m.Version == 6 {
-			require.Contains(t, m.Up, `'\x`+hex.EncodeToString(voidResult)+`'`)
+			require.Contains(t, m.Up, `'\x`+hex.EncodeToString(VoidResult)+`'`)
 			return
 		}
 	}
