@@ -20,9 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -368,7 +368,7 @@ func TestChaos(t *testing.T) {
 // paused worker) until a conversion goes through or stop closes. It reports whether the table
 // ended partitioned.
 func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(), count func(string)) bool {
-	store, err := activity.NewStore(w.db(), &activity.Config{Schema: w.schema})
+	op, err := operator.NewClient(w.db(), operator.Config{Schema: w.schema})
 	if err != nil {
 		t.Errorf("partition: %v", err)
 		return false
@@ -385,7 +385,7 @@ func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(),
 			crashing.Go(crash)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		err := store.Partition(ctx)
+		err := op.Partition(ctx)
 		cancel()
 		if err == nil {
 			count("receipts partitioned online")
