@@ -256,8 +256,9 @@ func (s *Store) doInTx(ctx context.Context, tx pgx.Tx, c Call, fn txFunc) (*comm
 
 // recordInTx records fn's final error in tx, unless a duplicate's receipt got there first; it
 // returns fnErr, or the duplicate's answer. The INSERT goes in a savepoint of its own: on a
-// partitioned table (Store.Partition) a duplicate's finished receipt in another partition fails it
-// instead of being skipped, and that failure must not abort the caller's transaction.
+// partitioned table (operator.Client.Partition) a duplicate's finished receipt in another
+// partition fails it instead of being skipped, and that failure must not abort the caller's
+// transaction.
 func (s *Store) recordInTx(ctx context.Context, tx pgx.Tx, c Call, out outcome, obs observer, fnErr error) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {

@@ -128,7 +128,8 @@ func isLockTimeout(err error) bool {
 }
 
 // isUniqueViolation reports whether err is Postgres refusing a second receipt for a key: the
-// unique index, or on a partitioned table the trigger that stands in for it (Store.Partition).
+// unique index, or on a partitioned table the trigger that stands in for it
+// (operator.Client.Partition).
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
