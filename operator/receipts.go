@@ -137,14 +137,15 @@ type Page struct {
 	Next     string
 }
 
-// ErrNoReceipt is matched by the errors of Receipt and Resolve for a token that names no receipt.
+// ErrNoReceipt is matched by the errors of Receipt, Resolve and Rearm for a token that names no
+// receipt.
 var ErrNoReceipt = errors.New("no receipt")
 
 // ErrInvalidFilter is matched by Receipts' error for a Filter it cannot use: an unknown state, or
 // an After that no page returned.
 var ErrInvalidFilter = errors.New("invalid receipt filter")
 
-// operatorColumns are the columns scanOperator reads, in its order.
+// operatorColumns are the columns scan reads, in its order.
 const operatorColumns = `namespace, tenant, operation, id, token, state, fingerprint_version, fingerprint, fence, attempts,
 	effect_possible, result, coalesce(error_type, ''), coalesce(error_message, ''), lease_expires_at, lease_expires_at <= now(),
 	created_at, updated_at, completed_at, expires_at, coalesce(workflow_id, ''), coalesce(run_id, ''),
