@@ -51,8 +51,8 @@ import (
 //     lock is gone (or learns that it was fenced out), it does not give up.
 //
 // With TEMPOTENT_TEST_PARTITIONED set (make test runs the package both ways), the receipts are
-// partitioned by day (Store.Partition) and the retention passes by moving receipts into a
-// partition ten days old, which Purge retires; and receipts are also moved there at any moment,
+// partitioned by day (operator.Client.Partition) and the retention passes by moving receipts into
+// a partition ten days old, which Purge retires; and receipts are also moved there at any moment,
 // even between two statements of an attempt, with their retention still running, for Purge to
 // move back: one more invariant holds there, that a move changes nothing of a receipt but
 // where it lives, and keeps a receipt under a live lease where it is.

@@ -37,7 +37,7 @@ import (
 //   - a later step that fails at once (reserve or ship declined), so the refund runs right after
 //     the charge completed, before the search shows it;
 //   - compensations that fail for good (a refund refused while the account is blocked, a shipment
-//     cancel the carrier rejects), which an operator fixes and re-arms (activity.Store.Rearm)
+//     cancel the carrier rejects), which an operator fixes and re-arms (operator.Client.Rearm)
 //     before signalling the workflow to compensate again;
 //   - a re-execution of the finished saga as after a Reset to its start, which must change
 //     nothing;
