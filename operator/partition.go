@@ -14,9 +14,9 @@ import (
 // Partitioned receipts.
 //
 // A busy store keeps hundreds of millions of receipts, and purging them by DELETE rewrites and
-// then vacuums every row it removes (bench/NOTEBOOK.md, row 11). Client.Partition turns the receipts
-// table into one partition per UTC day of a column of its own, bucket (when the receipt was
-// written, or moved), so that Purge drops a whole day at once instead. What changes:
+// then vacuums every row it removes (bench/NOTEBOOK.md, row 11). Client.Partition turns the
+// receipts table into one partition per UTC day of a column of its own, bucket (when the receipt
+// was written, or moved), so that Purge drops a whole day at once instead. What changes:
 //
 //   - A key's uniqueness. A partitioned table's unique index must include the partition column,
 //     so (namespace, tenant, operation, id) alone is no longer unique in Postgres' own eyes: two
@@ -26,13 +26,15 @@ import (
 //     inserted by a concurrent transaction is either committed by then (and found) or still
 //     holding the lock (and waited for). A duplicate reservation (pending) is skipped, as the
 //     reserving statements' ON CONFLICT DO NOTHING would have; a duplicate finished receipt
-//     (DoInNewTx, DoInTx) fails with unique_violation, as its plain INSERT would have.
-//   - Retention. Purge creates the partitions of the days ahead (schema.PartitionsAhead), and retires
-//     a day once the store's retention and a day's grace have passed since it ended: it first
-//     moves the receipts that must stay — unresolved ones, and live ones whose retention a
-//     takeover or a late completion extended — into today's partition (bucket = now; created_at,
-//     which decides whether the token may still be sent, is kept), then detaches and drops the
-//     partition, checking under the detach's lock that nothing that must stay is left in it.
+//     (activity.DoInNewTx, activity.DoInTx) fails with unique_violation, as its plain INSERT
+//     would have.
+//   - Retention. Purge creates the partitions of the days ahead (schema.PartitionsAhead), and
+//     retires a day once the retention (Config.Retention) and a day's grace have passed since it
+//     ended: it first moves the receipts that must stay — unresolved ones, and live ones whose
+//     retention a takeover or a late completion extended — into today's partition (bucket =
+//     now; created_at, which decides whether the token may still be sent, is kept), then
+//     detaches and drops the partition, checking under the detach's lock that nothing that must
+//     stay is left in it.
 //
 // Nothing else changes: every statement addresses the parent table, and a lookup by key probes
 // each partition's index (bench/NOTEBOOK.md, row 11: 1.3 to 1.9 times a plain table's lookup,

@@ -111,7 +111,7 @@ type Counts struct {
 }
 
 // CountSince counts, by state, the receipts first reserved at or after since (the zero time for
-// all of them): a health check of a batch of intents, without SQL against the store's table.
+// all of them): a health check of a batch of intents, without SQL against the receipts table.
 func (c *Client) CountSince(ctx context.Context, since time.Time) (Counts, error) {
 	var n Counts
 	err := c.scanTimed(ctx, fmt.Sprintf(countSince, c.receipts, schema.Unresolved), []any{since}, &n.Pending, &n.Completed, &n.Failed, &n.Unresolved)
