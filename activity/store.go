@@ -19,7 +19,7 @@ import (
 // Defaults applied by Config.WithDefaults.
 const (
 	// SchemaDefault is the Postgres schema that holds the receipts table.
-	SchemaDefault = schema.Default
+	SchemaDefault = "tempotent"
 	// MaxPayloadBytesDefault bounds a stored result. Temporal refuses payloads above 2 MiB by
 	// default; a smaller limit keeps receipts rows well clear of it.
 	MaxPayloadBytesDefault = 1 << 20

@@ -17,17 +17,17 @@ import (
 	"github.com/tempotent/tempotent/internal/schema"
 )
 
-// Defaults applied by Config.WithDefaults. Each is the workers' own (the activity package's
-// defaults of the same names), so that a Client given the zero Config agrees with a worker given
-// the zero activity.Config.
+// Defaults applied by Config.WithDefaults. Those the activity package has too are the same
+// values, so that a Client given the zero Config agrees with a worker given the zero
+// activity.Config.
 const (
 	// SchemaDefault is the Postgres schema that holds the receipts table.
-	SchemaDefault = schema.Default
-	// RetentionDefault is how long a finished receipt is kept: 7 days. It must exceed the longest
-	// time over which the same intent can be executed again: the activity's retry horizon
+	SchemaDefault = "tempotent"
+	// RetentionDefault is how long a finished receipt is kept. It must exceed the longest time
+	// over which the same intent can be executed again: the activity's retry horizon
 	// (ScheduleToClose), the workflow's own retries, and how far back operators may Reset a
 	// workflow. Past it, the replay-horizon guard refuses to run the activity.
-	RetentionDefault = schema.RetentionDefault
+	RetentionDefault = 7 * 24 * time.Hour
 	// MaxPayloadBytesDefault bounds the result that Resolve records, as it bounds an activity's.
 	MaxPayloadBytesDefault = 1 << 20
 	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.

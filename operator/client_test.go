@@ -11,6 +11,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/internal/receipttest"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/operator"
 )
 
@@ -55,4 +56,12 @@ func TestNewClientAppliesTheWorkersDefaults(t *testing.T) {
 	require.Equal(t, worker.MaxPayloadBytes, got.MaxPayloadBytes)
 	require.Equal(t, worker.LockTimeout, got.LockTimeout)
 	require.Equal(t, worker.StatementTimeout, got.StatementTimeout)
+}
+
+// The states operator reports and filters by are those the activity package writes.
+func TestStatesAreTheWorkersStates(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, schema.StatePending, operator.StatePending)
+	require.Equal(t, schema.StateCompleted, operator.StateCompleted)
+	require.Equal(t, schema.StateFailed, operator.StateFailed)
 }

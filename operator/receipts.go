@@ -21,9 +21,9 @@ import (
 
 // Receipt states, as Receipt.State holds them and Filter.State selects them.
 const (
-	StatePending   = schema.StatePending
-	StateCompleted = schema.StateCompleted
-	StateFailed    = schema.StateFailed
+	StatePending   = "pending"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
 )
 
 // Receipt is a receipt as an operator reads it: every column, and what it means.

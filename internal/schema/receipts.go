@@ -14,15 +14,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Receipt states, as the state column stores them.
+// Receipt states, as the state column stores them (operator.StatePending, … for users).
 const (
 	StatePending   = "pending"
 	StateCompleted = "completed"
 	StateFailed    = "failed"
 )
-
-// Default is the Postgres schema that holds the tables when none is configured.
-const Default = "tempotent"
 
 // RetentionDefault is how long a finished receipt is kept (activity.Config.Retention,
 // operator.Config.Retention). It must exceed the longest time over which the same intent can be

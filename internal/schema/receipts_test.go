@@ -10,7 +10,7 @@ import (
 // The value migration 006 gives old void results is the one EncodeResult stores for a void result.
 func TestVoidResultIsTheMigrationsValue(t *testing.T) {
 	t.Parallel()
-	migrations, err := Migrations(Default)
+	migrations, err := Migrations("tempotent")
 	require.NoError(t, err)
 	for _, m := range migrations {
 		if m.Version == 6 {
