@@ -16,8 +16,10 @@
 //     given, and a clean stop;
 //   - outbox, inbox and webhook carry messages in and out in the same transactions;
 //   - activitytest proves, in your own tests, that your activities are safe to retry;
-//   - cmd/tempotent is the operator's command: list, show and resolve receipts, purge, stats,
-//     migrate, doctor; the nested module tracing shows receipt steps in OpenTelemetry traces;
+//   - operator is what the person on call does with receipts from Go: list, show, resolve and
+//     re-arm them, count, purge and partition them;
+//   - cmd/tempotent is the operator's command, built on operator: list, show and resolve
+//     receipts, purge, stats, migrate, doctor; the nested module tracing shows receipt steps in OpenTelemetry traces;
 //   - samples/payment is the sample payment saga (make demo runs it end to end).
 //
 // A worker needs two lines more than a plain Temporal worker:

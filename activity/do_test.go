@@ -15,8 +15,10 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 type chargeResult struct {
@@ -29,17 +31,6 @@ type chargeResult struct {
 type attemptAnswer[T any] struct {
 	out T
 	err error
-}
-
-// doUntilDone calls Do the way Temporal's retries would: again after each in-progress error.
-func doUntilDone[T any](ctx context.Context, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
-	for {
-		out, err := activity.Do(ctx, s, c, fn)
-		if !errors.As(err, new(*activity.InProgressError)) {
-			return out, err
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestDo(t *testing.T) {
@@ -56,7 +47,7 @@ func TestDo(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 64 {
 			wg.Go(func() {
-				results[i], errs[i] = doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
+				results[i], errs[i] = receipttest.DoUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 					n := calls.Add(1)
 					tok, _ := keys.TokenFrom(ctx)
 					time.Sleep(20 * time.Millisecond) // hold the lease while the others arrive
@@ -106,7 +97,7 @@ func TestDo(t *testing.T) {
 		}
 		require.Equal(t, 1, calls, "a recorded decline was retried into another call")
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateFailed, state)
+		require.Equal(t, operator.StateFailed, state)
 	})
 
 	t.Run("RetryableErrorReleasesLeaseAndKeepsToken", func(t *testing.T) {
@@ -127,7 +118,7 @@ func TestDo(t *testing.T) {
 			_, err := activity.Do(ctx, s, c, fn)
 			require.ErrorContains(t, err, "503")
 			state, _ := receiptState(t, schema, c.Key)
-			require.Equal(t, activity.StatePending, state)
+			require.Equal(t, operator.StatePending, state)
 		}
 		// No wait for a lease: the released receipt is taken over at once.
 		out, err := activity.Do(ctx, s, c, fn)

@@ -59,9 +59,11 @@
 // Temporal carries the type, message and details, not the Go chain. Inside the activity,
 // errors.As still finds the typed errors (*MismatchError, *InProgressError, …) in their causes.
 //
-// Receipts live for Config.Retention after they finish (7 days by default). Run Purge
-// periodically to delete expired ones; the replay-horizon guard refuses activities scheduled
-// longer ago than the retention, because their receipts may be gone. A large table can be
-// partitioned by day (Partition, once), so that Purge drops whole days instead of deleting rows;
-// a lookup and an insert then cost more (every day's partition is probed): see Partition.
+// Receipts live for Config.Retention after they finish (7 days by default). Purge them
+// periodically (the worker package does; operator.Client.Purge is the primitive); the
+// replay-horizon guard refuses activities scheduled longer ago than the retention, because their
+// receipts may be gone. A large table can be partitioned by day (operator.Client.Partition,
+// once), so that a purge drops whole days instead of deleting rows; a lookup and an insert then
+// cost more (every day's partition is probed). Listing, reading and settling receipts by hand is
+// the operator package's too.
 package activity

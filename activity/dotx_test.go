@@ -13,6 +13,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // stockSetup creates a stock table with 10 units of "sku-1" in schema.
@@ -66,7 +67,7 @@ func TestDoTx(t *testing.T) {
 		require.Equal(t, 7, stock)
 		require.Equal(t, 1, outbox)
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateCompleted, state)
+		require.Equal(t, operator.StateCompleted, state)
 	})
 
 	t.Run("ErrorAfterWriteLeavesNeitherWriteNorReceipt", func(t *testing.T) {
@@ -113,7 +114,7 @@ func TestDoTx(t *testing.T) {
 		require.Equal(t, 10, stock)
 		require.Equal(t, 0, outbox)
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateFailed, state)
+		require.Equal(t, operator.StateFailed, state)
 	})
 
 	t.Run("ConcurrentDuplicatesMutateOnce", func(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 )
@@ -51,60 +51,12 @@ func TestReplayedFailureKeepsItsDetails(t *testing.T) {
 	require.Equal(t, 1, calls)
 }
 
-// rot13Codec stands for an encryption codec: it transforms the payload's data, marks the
-// payload as its own, and leaves payloads it did not encode alone.
-type rot13Codec struct{}
-
-const rot13Encoding = "binary/rot13"
-
-func rot13(b []byte) []byte {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		switch {
-		case c >= 'a' && c <= 'z':
-			c = 'a' + (c-'a'+13)%26
-		case c >= 'A' && c <= 'Z':
-			c = 'A' + (c-'A'+13)%26
-		}
-		out[i] = c
-	}
-	return out
-}
-
-func (rot13Codec) Encode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
-	out := make([]*commonpb.Payload, len(ps))
-	for i, p := range ps {
-		inner, err := p.Marshal()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(rot13Encoding)}, Data: rot13(inner)}
-	}
-	return out, nil
-}
-
-func (rot13Codec) Decode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
-	out := make([]*commonpb.Payload, len(ps))
-	for i, p := range ps {
-		if string(p.GetMetadata()[converter.MetadataEncoding]) != rot13Encoding {
-			out[i] = p
-			continue
-		}
-		inner := new(commonpb.Payload)
-		if err := inner.Unmarshal(rot13(p.GetData())); err != nil {
-			return nil, err
-		}
-		out[i] = inner
-	}
-	return out, nil
-}
-
 // A client with a payload codec (encryption): the receipt stores the payload converter's output
 // sealed with Config.Codecs, and what it replays is encoded by the SDK once, so the workflow
 // reads the same result and the same failure details on the first execution and on a replay.
 func TestPayloadCodecOnTheClient(t *testing.T) {
 	t.Parallel()
-	codec := rot13Codec{}
+	codec := receipttest.Rot13Codec{}
 	_, err := activity.NewStore(pgtest.Pool(t), &activity.Config{DataConverter: converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), codec)})
 	require.ErrorContains(t, err, "Config.Codecs", "a codec data converter would encode stored payloads twice")
 

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -113,7 +114,7 @@ func TestForwardSettledWaitsForTheLastPossibleEffect(t *testing.T) {
 	diedForward := func(t *testing.T, s *activity.Store, id string, ago time.Duration) keys.Key {
 		c := forwardCall(t, id)
 		c.Lease = 50 * time.Millisecond
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 		time.Sleep(c.Lease + ago)
 		return c.Key
 	}

@@ -2,14 +2,11 @@ package activity_test
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/proto"
 
@@ -18,6 +15,7 @@ import (
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/migrate"
+	"github.com/tempotent/tempotent/operator"
 )
 
 func TestMalformedKeysAreRefusedBeforeAnyWrite(t *testing.T) {
@@ -102,78 +100,6 @@ func TestReplayHorizonGuard(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func TestPurgeRemovesOnlyExpiredRows(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	held := &gaugeRecorder{}
-	s, schema := setup(t, &activity.Config{MetricsHandler: held})
-	if on, err := s.Partitioned(ctx); err != nil || on {
-		t.Skip("a partitioned table is purged a day at a time: TestPurgeDropsRetiredPartitionsAndKeepsWhatMustStay")
-	}
-	db := pgtest.Pool(t)
-	run := func(id string, lease time.Duration, crash bool) keys.Key {
-		c := call(t, id, map[string]int{"amount": 1})
-		c.Lease = lease
-		if crash {
-			crashAfterEffect(ctx, s, c, func(keys.Token) {})
-		} else {
-			_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return 1, nil })
-			require.NoError(t, err)
-		}
-		return c.Key
-	}
-	expire := func(k keys.Key) {
-		_, err := db.Exec(ctx, "UPDATE "+schema+".receipts SET expires_at = now() - interval '1 second' WHERE id = $1", k.ID)
-		require.NoError(t, err)
-	}
-	expiredDone := []keys.Key{run("done-1", 0, false), run("done-2", 0, false), run("done-3", 0, false)}
-	for _, k := range expiredDone {
-		expire(k)
-	}
-	fresh := run("fresh", 0, false)
-	livePending := run("live", time.Hour, true)
-	expire(livePending) // expired by date, but its lease still runs: must stay
-	// An attempt that died after its effect, its lease over and its retention past: nobody
-	// knows whether the effect happened, so it is never purged.
-	deadPending := run("dead", time.Millisecond, true)
-	time.Sleep(5 * time.Millisecond)
-	expire(deadPending)
-	// An attempt that failed before sending anything: nothing to remember once it expires.
-	neverSent := call(t, "never-sent", map[string]int{"amount": 1})
-	_, err := activity.Do(ctx, s, neverSent, func(context.Context) (int, error) {
-		return 0, activity.NotApplied(errors.New("connection refused"))
-	})
-	require.Error(t, err)
-	expire(neverSent.Key)
-
-	n, err := s.Purge(ctx, 2) // bounded: two at a time
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n)
-	n, err = s.Purge(ctx, 0)
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n)
-	n, err = s.Purge(ctx, 0)
-	require.NoError(t, err)
-	require.Equal(t, int64(0), n)
-	unresolved, err := s.Unresolved(ctx)
-	require.NoError(t, err)
-	require.Equal(t, int64(1), unresolved, "the dead attempt's receipt is the one unresolved")
-	require.Equal(t, 1.0, held.value(activity.MetricUnresolvedHeld), "the receipt kept back is not reported")
-	require.Equal(t, 1.0, held.value(activity.MetricUnresolved), "the unresolved receipt is not reported")
-	require.Greater(t, held.value(activity.MetricUnresolvedOldest), 0.0, "the unresolved receipt's wait is not reported")
-
-	var left []string
-	rows, err := db.Query(ctx, "SELECT id FROM "+schema+".receipts ORDER BY id")
-	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		left = append(left, id)
-	}
-	require.NoError(t, rows.Err())
-	require.ElementsMatch(t, []string{deadPending.ID, fresh.ID, livePending.ID}, left)
-}
-
 func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -193,7 +119,7 @@ func TestOversizedResultIsRefusedAndNothingHalfStored(t *testing.T) {
 	var state string
 	var result []byte
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT state, result FROM "+schema+".receipts").Scan(&state, &result))
-	require.Equal(t, activity.StateFailed, state)
+	require.Equal(t, operator.StateFailed, state)
 	require.Nil(t, result)
 }
 
@@ -251,31 +177,3 @@ func TestConfigValidation(t *testing.T) {
 	_, err = activity.NewStore(pgtest.Pool(t), &activity.Config{MaxPayloadBytes: -1})
 	require.ErrorContains(t, err, "Config.MaxPayloadBytes")
 }
-
-// gaugeRecorder is a metrics handler that keeps the last value of each gauge.
-type gaugeRecorder struct {
-	client.MetricsHandler
-	mu     sync.Mutex
-	gauges map[string]float64
-}
-
-func (g *gaugeRecorder) Gauge(name string) client.MetricsGauge {
-	return gaugeFunc(func(v float64) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if g.gauges == nil {
-			g.gauges = map[string]float64{}
-		}
-		g.gauges[name] = v
-	})
-}
-
-func (g *gaugeRecorder) value(name string) float64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.gauges[name]
-}
-
-type gaugeFunc func(float64)
-
-func (f gaugeFunc) Update(v float64) { f(v) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // lockWaits returns the distinct statements (by their start) seen waiting for a lock on schema's
@@ -62,7 +63,7 @@ func TestLockedCompletionKeepsItsResult(t *testing.T) {
 	require.NoError(t, answer.err, "the completion dropped a result it knew when the lock timeout passed")
 	require.Equal(t, "ch_1", answer.out)
 	state, _ := receiptState(t, schema, c.Key)
-	require.Equal(t, activity.StateCompleted, state)
+	require.Equal(t, operator.StateCompleted, state)
 
 	again, err := activity.Do(ctx, s, c, func(context.Context) (string, error) {
 		t.Error("the next attempt called the downstream again")

@@ -11,6 +11,7 @@ import (
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // TestMain fails the test binary if a goroutine outlives the tests: attempts run on goroutines of
@@ -25,9 +26,17 @@ func setup(t *testing.T, cfg *activity.Config) (*activity.Store, string) {
 	t.Helper()
 	s, schema := setupPlain(t, cfg)
 	if os.Getenv("TEMPOTENT_TEST_PARTITIONED") != "" {
-		require.NoError(t, s.Partition(context.Background()))
+		partitionReceipts(t, schema)
 	}
 	return s, schema
+}
+
+// partitionReceipts partitions the receipts table of schema by day, as an operator does.
+func partitionReceipts(t *testing.T, schema string) {
+	t.Helper()
+	op, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, op.Partition(context.Background()))
 }
 
 // setupPlain returns a migrated store in a fresh schema, its receipts table not partitioned.

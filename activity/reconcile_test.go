@@ -14,8 +14,10 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // effectPossible reads k's receipt's effect_possible flag.
@@ -66,7 +68,7 @@ func TestReconcileErrorsNeverSettleTheIntent(t *testing.T) {
 			c.DownstreamSettleTime = time.Millisecond
 			var charges atomic.Int32 // a downstream that does not deduplicate: every call charges
 			ledger := map[keys.Token]int{}
-			crashAfterEffect(ctx, s, c, func(tok keys.Token) { charges.Add(1); ledger[tok] = 42 })
+			receipttest.CrashAfterEffect(ctx, s, c, func(tok keys.Token) { charges.Add(1); ledger[tok] = 42 })
 
 			lookupFails := true
 			c.Reconcile = func(_ context.Context, tok keys.Token) (any, bool, error) {
@@ -79,17 +81,17 @@ func TestReconcileErrorsNeverSettleTheIntent(t *testing.T) {
 			charge := func(context.Context) (int, error) { charges.Add(1); return 7, nil }
 
 			for range 3 {
-				_, err := doUntilDone(ctx, s, c, charge)
+				_, err := receipttest.DoUntilDone(ctx, s, c, charge)
 				require.ErrorAs(t, err, new(*activity.ReconcileError))
 				// Retryable: a failed reconcile must not end the intent.
 				temporaltest.RequireAppError(t, err, activity.ErrTypeReconcileFailed, true)
 				state, _ := receiptState(t, schema, c.Key)
-				require.Equal(t, activity.StatePending, state)
+				require.Equal(t, operator.StatePending, state)
 				require.True(t, effectPossible(t, schema, c.Key), "a failed reconcile erased that an effect may have happened")
 			}
 
 			lookupFails = false
-			got, err := doUntilDone(ctx, s, c, charge)
+			got, err := receipttest.DoUntilDone(ctx, s, c, charge)
 			require.NoError(t, err)
 			require.Equal(t, 42, got, "the reconciled result is the earlier attempt's")
 			require.Equal(t, int32(1), charges.Load(), "the downstream was called again")
@@ -107,7 +109,7 @@ func TestReconcileWaitsForTheSettleTime(t *testing.T) {
 	c.Lease = time.Hour
 	c.DownstreamSettleTime = time.Hour
 	var asked, charged int
-	crashAfterEffect(ctx, s, c, func(keys.Token) {})
+	receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 	c.Reconcile = func(context.Context, keys.Token) (any, bool, error) { asked++; return nil, false, nil }
 	charge := func(context.Context) (int, error) { charged++; return 7, nil }
 
@@ -136,7 +138,7 @@ func TestFailedReconcileDoesNotRestartTheSettleTime(t *testing.T) {
 	c := call(t, "order-3/charge", map[string]int{"amount": 100})
 	c.Lease = time.Hour
 	c.DownstreamSettleTime = time.Hour
-	crashAfterEffect(ctx, s, c, func(keys.Token) {})
+	receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 	lookupDown := true
 	var asked int
 	c.Reconcile = func(context.Context, keys.Token) (any, bool, error) {
@@ -170,8 +172,8 @@ func TestNotAppliedAfterTakeoverKeepsTheEarlierUnknown(t *testing.T) {
 	c := call(t, "order-3/charge", map[string]int{"amount": 100})
 	c.Lease = 50 * time.Millisecond
 	c.DownstreamDeduplicates = true
-	crashAfterEffect(ctx, s, c, func(keys.Token) {})
-	_, err := doUntilDone(ctx, s, c, func(context.Context) (int, error) {
+	receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
+	_, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (int, error) {
 		return 0, activity.NotApplied(errors.New("connection refused"))
 	})
 	require.ErrorContains(t, err, "connection refused")
@@ -198,9 +200,9 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		c.Lease = 50 * time.Millisecond
 		c.DownstreamDeduplicates = true
 		var calls int
-		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
 		age(t, schema, c.Key, 25*time.Hour)
-		_, err := doUntilDone(ctx, s, c, func(context.Context) (int, error) { calls++; return 7, nil })
+		_, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (int, error) { calls++; return 7, nil })
 		require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
 		require.ErrorContains(t, err, "key memory")
 		require.Equal(t, 1, calls, "a token older than the downstream's key memory was sent again")
@@ -215,13 +217,13 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		c.DownstreamKeyMemory = time.Hour
 		c.DownstreamSettleTime = time.Millisecond
 		ledger := map[keys.Token]int{}
-		crashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = 42 })
+		receipttest.CrashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = 42 })
 		age(t, schema, c.Key, 2*time.Hour)
 		c.Reconcile = func(_ context.Context, tok keys.Token) (any, bool, error) {
 			v, ok := ledger[tok]
 			return v, ok, nil
 		}
-		got, err := doUntilDone(ctx, s, c, func(context.Context) (int, error) {
+		got, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (int, error) {
 			t.Error("called again past the key memory although reconcile found the effect")
 			return 0, nil
 		})
@@ -240,7 +242,7 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		c.DownstreamDeduplicates = true
 		c.DownstreamKeyMemory = time.Hour
 		c.DownstreamSettleTime = time.Hour
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 		age(t, schema, c.Key, 2*time.Hour)
 		_, err := pgtest.Pool(t).Exec(ctx, "UPDATE "+schema+".receipts SET lease_expires_at = now() WHERE id = $1", c.Key.ID)
 		require.NoError(t, err) // the crashed attempt's lease ends now
@@ -260,9 +262,9 @@ func TestTakeoverPastTheDownstreamKeyMemory(t *testing.T) {
 		c := call(t, "order-6/charge", map[string]int{"amount": 100})
 		c.Lease = 50 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 		age(t, schema, c.Key, 23*time.Hour)
-		got, err := doUntilDone(ctx, s, c, func(context.Context) (int, error) { return 7, nil })
+		got, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (int, error) { return 7, nil })
 		require.NoError(t, err)
 		require.Equal(t, 7, got, "a takeover within the key memory sends the token again")
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // loseReceipt deletes k's receipt, as a Postgres crash loses an asynchronous reservation that
@@ -67,7 +68,7 @@ func TestLostReservationStaleAttemptCannotComplete(t *testing.T) {
 	require.Error(t, st.err, "the stale attempt completed a receipt it no longer held")
 	require.NotEqual(t, 100, st.out)
 	state, fence := receiptState(t, schema, fresh.Key)
-	require.Equal(t, activity.StatePending, state, "the stale attempt wrote the new reservation's receipt")
+	require.Equal(t, operator.StatePending, state, "the stale attempt wrote the new reservation's receipt")
 	require.Equal(t, int64(1), fence)
 
 	resumeFresh()

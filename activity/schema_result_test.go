@@ -12,6 +12,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/migrate"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // The schema refuses a completed receipt without its result (migration 006): a write that marks
@@ -48,7 +49,7 @@ func TestCompletedReceiptNeedsItsResult(t *testing.T) {
 	var hasResult bool
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT state, result IS NOT NULL FROM `+schema+`.receipts WHERE id = $1`,
 		void.Key.ID).Scan(&state, &hasResult))
-	require.Equal(t, activity.StateCompleted, state)
+	require.Equal(t, operator.StateCompleted, state)
 	require.True(t, hasResult)
 
 	failed := call(t, "order-3/charge", map[string]int{"amount": 100})
@@ -59,7 +60,7 @@ func TestCompletedReceiptNeedsItsResult(t *testing.T) {
 		requireAppErrorType(t, err, "CardDeclined")
 	}
 	state, _ = receiptState(t, schema, failed.Key)
-	require.Equal(t, activity.StateFailed, state)
+	require.Equal(t, operator.StateFailed, state)
 }
 
 // Migration 006 gives the void results stored before it (no result) the value a void result is

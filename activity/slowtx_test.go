@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // A store's statement timeout short enough that a function slower than the deadline of one write
@@ -71,7 +72,7 @@ func TestDoInNewTxSlowerThanTheStatementTimeout(t *testing.T) {
 		require.False(t, errors.As(err, &storeErr), "the final error was not recorded: %v", err)
 		requireAppErrorType(t, err, "OutOfStock")
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateFailed, state, "the final error of a slow function was not recorded")
+		require.Equal(t, operator.StateFailed, state, "the final error of a slow function was not recorded")
 		_, err = activity.DoInNewTx(ctx, s, c, func(context.Context, pgx.Tx) (int, error) {
 			t.Error("the retry ran the function again after its final error")
 			return 0, nil

@@ -2,30 +2,19 @@ package activity
 
 import (
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/internal/engine"
 )
 
-// Defaults of the operator's side, applied by Config.WithDefaults and Purge.
-const (
-	// RetentionDefault is how long a finished receipt is kept. It must exceed the longest time
-	// over which the same intent can be executed again: the activity's retry horizon
-	// (ScheduleToClose), the workflow's own retries, and how far back operators may Reset a
-	// workflow. Past it, the replay-horizon guard refuses to run the activity.
-	RetentionDefault = 7 * 24 * time.Hour
-	// PurgeBatchDefault is how many rows one Purge deletes when given a non-positive limit.
-	PurgeBatchDefault = 1000
-)
-
 // Config configures a Store. The zero Config (or nil) is valid: WithDefaults returns a copy with
 // every unset field set to its default, and Validate names the first invalid one. Its fields:
 //
 //   - Schema: the Postgres schema of the receipts table. Default "tempotent".
-//   - Retention: how long finished receipts are kept. Default RetentionDefault (7 days); it must
-//     exceed the workflows' retry and reset horizon.
+//   - Retention: how long finished receipts are kept. Default 7 days (operator.RetentionDefault); it
+//     must exceed the workflows' retry and reset horizon. Give the operator.Config that purges
+//     these receipts the same.
 //   - MaxPayloadBytes: the largest stored result; a larger one is a non-retryable
 //     ErrTypePayloadTooLarge failure. Default 1 MiB.
 //   - InProgressDelayMax: the cap of an in-progress duplicate's next-retry delay. Default 10 s.
@@ -38,7 +27,8 @@ const (
 //   - Codecs: encode stored results at rest (your encryption codec). Default none.
 //   - FailureConverter: records final failures; the worker client's. Default
 //     temporal.GetDefaultFailureConverter().
-//   - MetricsHandler: the store's own gauges. Default client.MetricsNopHandler.
+//   - MetricsHandler: the metrics not tied to one activity: the worker's purger sends its count
+//     of purged receipts and the unresolved gauges here. Default client.MetricsNopHandler.
 //   - Tracer: traces every receipt step (the telemetry package's Span names). Default none.
 //
 // The type is defined in the engine (internal/engine), where each field's comment says more.
@@ -52,7 +42,6 @@ type Store struct {
 	cfg Config
 	// registered remembers the names registered through this Store (Register).
 	registered registrations
-	operator
 }
 
 // NewStore returns a Store on db. It does not touch the database: call Migrate (or apply
@@ -66,9 +55,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{eng: eng, db: db, cfg: eng.Config()}
-	s.operator = newOperator(eng)
-	return s, nil
+	return &Store{eng: eng, db: db, cfg: eng.Config()}, nil
 }
 
 // Config returns the store's configuration with defaults applied.

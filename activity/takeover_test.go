@@ -3,7 +3,6 @@ package activity_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
@@ -11,23 +10,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
-
-func crashAfterEffect(ctx context.Context, s *activity.Store, c activity.Call, effect func(keys.Token)) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = activity.Do(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
-			tok, _ := keys.TokenFrom(ctx)
-			effect(tok)
-			runtime.Goexit() // the process is gone: nothing after the effect runs
-			return chargeResult{}, nil
-		})
-	}()
-	<-done
-}
 
 func TestTakeover(t *testing.T) {
 	t.Parallel()
@@ -40,7 +27,7 @@ func TestTakeover(t *testing.T) {
 		c.Lease = 200 * time.Millisecond
 		c.DownstreamDeduplicates = true
 		var tokens []keys.Token
-		crashAfterEffect(ctx, s, c, func(tok keys.Token) { tokens = append(tokens, tok) })
+		receipttest.CrashAfterEffect(ctx, s, c, func(tok keys.Token) { tokens = append(tokens, tok) })
 
 		// While the dead attempt's lease lasts, a retry is told to wait.
 		_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) {
@@ -49,7 +36,7 @@ func TestTakeover(t *testing.T) {
 		})
 		require.ErrorAs(t, err, new(*activity.InProgressError))
 
-		out, err := doUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
+		out, err := receipttest.DoUntilDone(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
 			tok, _ := keys.TokenFrom(ctx)
 			tokens = append(tokens, tok)
 			return chargeResult{ChargeID: "ch_1", Token: tok.String()}, nil
@@ -59,7 +46,7 @@ func TestTakeover(t *testing.T) {
 		require.Equal(t, tokens[0], tokens[1], "the takeover called with a new token")
 		require.Equal(t, c.Key.Token().String(), out.Token)
 		state, fence := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateCompleted, state)
+		require.Equal(t, operator.StateCompleted, state)
 		require.Equal(t, int64(2), fence)
 	})
 
@@ -69,9 +56,9 @@ func TestTakeover(t *testing.T) {
 		c := call(t, "order-11/charge", map[string]int{"amount": 100})
 		c.Lease = 100 * time.Millisecond
 		var calls int
-		crashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) { calls++ })
 		for range 2 { // the failure is recorded: a later attempt gets it too, and still no call
-			_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+			_, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 				calls++
 				return chargeResult{}, nil
 			})
@@ -84,7 +71,7 @@ func TestTakeover(t *testing.T) {
 		}
 		require.Equal(t, 1, calls, "a non-deduplicating downstream was called again after an unknown outcome")
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateFailed, state)
+		require.Equal(t, operator.StateFailed, state)
 	})
 
 	t.Run("ReconcileFindsTheEarlierEffect", func(t *testing.T) {
@@ -94,12 +81,12 @@ func TestTakeover(t *testing.T) {
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamSettleTime = 100 * time.Millisecond // the downstream answers lookups at once
 		ledger := map[keys.Token]chargeResult{}
-		crashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = chargeResult{ChargeID: "ch_early", Token: tok.String()} })
+		receipttest.CrashAfterEffect(ctx, s, c, func(tok keys.Token) { ledger[tok] = chargeResult{ChargeID: "ch_early", Token: tok.String()} })
 		c.Reconcile = func(_ context.Context, tok keys.Token) (any, bool, error) {
 			r, ok := ledger[tok]
 			return r, ok, nil
 		}
-		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+		out, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			t.Error("called although reconcile found the effect")
 			return chargeResult{}, nil
 		})
@@ -151,7 +138,7 @@ func TestTakeover(t *testing.T) {
 
 		// The first attempt is paused past its lease (a stopped process, a long GC).
 		resume, late := pausedAttempt(ctx, s, c, chargeResult{ChargeID: "ch_stale"}, nil)
-		out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+		out, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -169,7 +156,7 @@ func TestTakeover(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "ch_fresh", replayed.ChargeID)
 		state, fence := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StateCompleted, state)
+		require.Equal(t, operator.StateCompleted, state)
 		require.Equal(t, int64(2), fence)
 	})
 
@@ -182,7 +169,7 @@ func TestTakeover(t *testing.T) {
 		c.Lease = 100 * time.Millisecond
 		c.DownstreamDeduplicates = true
 		resume, late := pausedAttempt(ctx, s, c, chargeResult{}, errors.New("connection reset by peer"))
-		_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+		_, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 			return chargeResult{ChargeID: "ch_fresh"}, nil
 		})
 		require.NoError(t, err)
@@ -204,7 +191,7 @@ func TestTakeover(t *testing.T) {
 		staleResume()
 		require.ErrorAs(t, (<-staleDone).err, new(*activity.FencedOutError))
 		state, _ := receiptState(t, schema, c.Key)
-		require.Equal(t, activity.StatePending, state, "the stale attempt completed the receipt")
+		require.Equal(t, operator.StatePending, state, "the stale attempt completed the receipt")
 		freshResume()
 		fresh := <-freshDone
 		require.NoError(t, fresh.err)
@@ -251,11 +238,11 @@ func TestMismatch(t *testing.T) {
 
 		live := call(t, "live", map[string]int{"amount": 1})
 		live.Lease = time.Minute
-		crashAfterEffect(ctx, s, live, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, live, func(keys.Token) {})
 
 		expired := call(t, "expired", map[string]int{"amount": 1})
 		expired.Lease = time.Millisecond
-		crashAfterEffect(ctx, s, expired, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, expired, func(keys.Token) {})
 		time.Sleep(10 * time.Millisecond)
 
 		for _, c := range []activity.Call{completed, failed, live, expired} {

@@ -13,6 +13,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // liveness bounds how long a test waits for something that must happen without waiting on a
@@ -92,7 +93,7 @@ func TestLockedReceiptDoesNotStallOtherCompletions(t *testing.T) {
 	unlock()
 	require.NoError(t, (<-lockedDone).err)
 	state, _ := receiptState(t, schema, locked.Key)
-	require.Equal(t, activity.StateCompleted, state)
+	require.Equal(t, operator.StateCompleted, state)
 }
 
 // A completion whose receipt stays locked writes again after each lock timeout until its lease

@@ -28,6 +28,7 @@ import (
 	"github.com/tempotent/tempotent/activitytest"
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 type chargeRequest struct {
@@ -574,19 +575,20 @@ func TestRequireReceipt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := activitytest.NewStore(t, nil)
+	op := activitytest.NewOperator(t, s)
 	k := keys.Key{Namespace: "default", Operation: "Charge", ID: "order-1"}
 	fp, err := keys.FingerprintOf(1)
 	require.NoError(t, err)
-	activitytest.RequireNoReceipt(t, s, k.Token())
+	activitytest.RequireNoReceipt(t, op, k.Token())
 	_, err = activity.Do(ctx, s, activity.Call{Key: k, Fingerprint: fp}, func(context.Context) (charge, error) {
 		return charge{ID: "ch_1"}, nil
 	})
 	require.NoError(t, err)
-	activitytest.RequireReceipt(t, s, k.Token(), activitytest.Want{Status: activity.StatusSucceeded, Result: charge{ID: "ch_1"}, Attempts: 1})
+	activitytest.RequireReceipt(t, op, k.Token(), activitytest.Want{Status: operator.StatusSucceeded, Result: charge{ID: "ch_1"}, Attempts: 1})
 
 	got := failures(t, func(tb testing.TB) {
-		activitytest.RequireReceipt(tb, s, k.Token(), activitytest.Want{Status: activity.StatusFailed, Result: charge{ID: "ch_2"}})
-		activitytest.RequireNoReceipt(tb, s, k.Token())
+		activitytest.RequireReceipt(tb, op, k.Token(), activitytest.Want{Status: operator.StatusFailed, Result: charge{ID: "ch_2"}})
+		activitytest.RequireNoReceipt(tb, op, k.Token())
 	})
 	require.Len(t, got, 3)
 	require.Contains(t, got[0], "is succeeded, want failed")

@@ -25,7 +25,8 @@
 //     the effect, a dropped connection after it, a slow answer. FaultProxy injects the same
 //     faults in front of a downstream of your own.
 //   - RequireReceipt and RequireNoReceipt assert a receipt's status, result and attempts by
-//     token (k.Token() for a key), through activity.Store.Receipt, without SQL.
+//     token (k.Token() for a key), through operator.Client.Receipt, without SQL; NewOperator
+//     gives a test an operator client on a store's receipts.
 //   - RequireRetrySafeTx is the same for an activity registered with activity.RegisterTx, whose
 //     effect is its writes: a crash before report, an attempt that fails after its writes (its
 //     transaction must roll them back — writes through a connection of the activity's own do

@@ -14,6 +14,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/activitytest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // exampleTB stands in for the *testing.T of a test function, so that the examples run: it
@@ -84,7 +85,7 @@ func ExampleRequireReceipt() {
 	_, _ = activity.Do(context.Background(), store, activity.Call{Key: k, Fingerprint: fp}, func(context.Context) (charge, error) {
 		return charge{ID: "ch_7"}, nil
 	})
-	r := activitytest.RequireReceipt(t, store, k.Token(), activitytest.Want{Status: activity.StatusSucceeded, Result: charge{ID: "ch_7"}})
+	r := activitytest.RequireReceipt(t, activitytest.NewOperator(t, store), k.Token(), activitytest.Want{Status: operator.StatusSucceeded, Result: charge{ID: "ch_7"}})
 	fmt.Println(r.Attempts, t.Failed())
 	// Output: 1 false
 }
@@ -141,7 +142,7 @@ func ExampleRequireNoReceipt() {
 	fp, _ := keys.FingerprintOf(3)
 	_, err := activity.DoInNewTx(context.Background(), store, activity.Call{Key: k, Fingerprint: fp},
 		func(context.Context, pgx.Tx) (int, error) { return 0, errors.New("stock table locked") })
-	activitytest.RequireNoReceipt(t, store, k.Token())
+	activitytest.RequireNoReceipt(t, activitytest.NewOperator(t, store), k.Token())
 	fmt.Println(err != nil, t.Failed())
 	// Output: true false
 }

@@ -16,27 +16,28 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // Row 11 (make bench-scale): the receipts table at the volume of a payments company, scaled to
 // what this machine holds in minutes. N receipts are written as eight days of traffic (created
 // evenly over the last eight days, each kept for seven days after the day it was created), so
 // that one day of them — N/8 — has expired, into two stores: one with the plain table, one
-// partitioned by day as Store.Partition makes it (eight days of partitions and those ahead).
-// Then:
+// partitioned by day as operator.Client.Partition makes it (eight days of partitions and those
+// ahead). Then:
 //
 //   - lookup and insert latency: a replay's plain lookup of a random receipt among the N, and a
 //     first execution, each through Do, on both tables, measured interleaved with the same calls
 //     on a table that holds nothing else. On the partitioned table a lookup probes every
 //     partition (the key alone does not say which day), and an insert runs the trigger that keeps
 //     a key unique across them;
-//   - the cost of purging the expired day, two ways, both through the store's Purge: DELETE in
+//   - the cost of purging the expired day, two ways, both through operator.Client.Purge: DELETE in
 //     batches of 1,000 on the plain table, against retiring the day's partition on the
 //     partitioned one. For each: the time it took, the WAL it wrote, and the table's size
 //     afterwards — what a DELETE leaves behind is dead space that VACUUM makes reusable but
 //     never gives back;
-//   - what Store.Partition costs on the plain table that is left, with receipts being replayed
-//     throughout: how long it took, and the longest a replay waited meanwhile.
+//   - what operator.Client.Partition costs on the plain table that is left, with receipts being
+//     replayed throughout: how long it took, and the longest a replay waited meanwhile.
 const (
 	scaleSchema       = "tempotent_scale"
 	scalePartSchema   = "tempotent_scale_part"
@@ -104,7 +105,7 @@ func scaleRows(ctx context.Context, t *table, rounds, n int, url string) {
 	expired := countExpired(ctx, full)
 	del := measurePurge(ctx, full, scaleSchema, func() {
 		for {
-			deleted, err := full.store.Purge(ctx, activity.PurgeBatchDefault)
+			deleted, err := operatorOn(full, 0).Purge(ctx, operator.PurgeBatchDefault)
 			if err != nil {
 				fatalf("purge: %v", err)
 			}
@@ -115,7 +116,7 @@ func scaleRows(ctx context.Context, t *table, rounds, n int, url string) {
 	})
 	before := partitions
 	drop := measurePurge(ctx, part, scalePartSchema, func() {
-		if _, err := retiringStore(part).Purge(ctx, 0); err != nil {
+		if _, err := retiringOperator(part).Purge(ctx, 0); err != nil {
 			fatalf("purge the partitioned table: %v", err)
 		}
 	})
@@ -160,11 +161,11 @@ func openScale(ctx context.Context, url, schema string) *db {
 	return d
 }
 
-// partitionByPastDays partitions d's (empty) receipts with Store.Partition, then puts in place of
+// partitionByPastDays partitions d's (empty) receipts with operator.Client.Partition, then puts in place of
 // the legacy partition one partition per UTC day of the fill, named as Purge names the days ahead,
 // as if the table had been partitioned for weeks.
 func partitionByPastDays(ctx context.Context, d *db) {
-	if err := d.store.Partition(ctx); err != nil {
+	if err := operatorOn(d, 0).Partition(ctx); err != nil {
 		fatalf("partition: %v", err)
 	}
 	var firstAhead time.Time
@@ -184,17 +185,24 @@ func partitionByPastDays(ctx context.Context, d *db) {
 	}
 }
 
-// retiringStore is d's store with a retention that makes Purge retire the first day of the
-// fill, and no other: a day is retired once the retention and a day's grace have passed since it
-// ended, and the first day ended seven days before today's midnight, the second six.
-func retiringStore(d *db) *activity.Store {
-	sinceMidnight := time.Since(time.Now().UTC().Truncate(24 * time.Hour))
-	s, err := activity.NewStore(d.pool, &activity.Config{Schema: scalePartSchema, StatementTimeout: time.Minute,
-		Retention: 6*24*time.Hour + sinceMidnight - 12*time.Hour})
+// operatorOn is an operator client on d's receipts, with the store's statement timeout and the
+// given retention (the default when zero).
+func operatorOn(d *db, retention time.Duration) *operator.Client {
+	c := d.store.Config()
+	op, err := operator.NewClient(d.pool, operator.Config{Schema: c.Schema, StatementTimeout: c.StatementTimeout, Retention: retention})
 	if err != nil {
-		fatalf("store: %v", err)
+		fatalf("operator: %v", err)
 	}
-	return s
+	return op
+}
+
+// retiringOperator is an operator client on d's receipts with a retention that makes Purge
+// retire the first day of the fill, and no other: a day is retired once the retention and a
+// day's grace have passed since it ended, and the first day ended seven days before today's
+// midnight, the second six.
+func retiringOperator(d *db) *operator.Client {
+	sinceMidnight := time.Since(time.Now().UTC().Truncate(24 * time.Hour))
+	return operatorOn(d, 6*24*time.Hour+sinceMidnight-12*time.Hour)
 }
 
 func countPartitions(ctx context.Context, d *db) int {
@@ -205,7 +213,7 @@ func countPartitions(ctx context.Context, d *db) int {
 	return n
 }
 
-// measurePartition converts d's receipts with Store.Partition while a goroutine replays receipts
+// measurePartition converts d's receipts with operator.Client.Partition while a goroutine replays receipts
 // among ids, and returns how long the conversion took and the longest replay meanwhile.
 func measurePartition(ctx context.Context, d *db, ids []string) (took, longest time.Duration) {
 	stop := make(chan struct{})
@@ -220,18 +228,18 @@ func measurePartition(ctx context.Context, d *db, ids []string) (took, longest t
 			}
 			start := time.Now()
 			if err := replay(ctx); err != nil {
-				fatalf("replay during Store.Partition: %v", err)
+				fatalf("replay during Partition: %v", err)
 			}
 			longest = max(longest, time.Since(start))
 		}
 	})
 	start := time.Now()
-	err := d.store.Partition(ctx)
+	err := operatorOn(d, 0).Partition(ctx)
 	took = time.Since(start)
 	close(stop)
 	wg.Wait()
 	if err != nil {
-		fatalf("Store.Partition: %v", err)
+		fatalf("partition: %v", err)
 	}
 	return took, longest
 }
@@ -245,7 +253,7 @@ func measurePartition(ctx context.Context, d *db, ids []string) (took, longest t
 func fill(ctx context.Context, d *db, schema string, n int, result []byte) {
 	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -scaleDays)
 	span := time.Duration(scaleDays) * 24 * time.Hour
-	partitioned, err := d.store.Partitioned(ctx)
+	partitioned, err := operatorOn(d, 0).Partitioned(ctx)
 	if err != nil {
 		fatalf("fill: %v", err)
 	}

@@ -20,9 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream/fakepay"
 	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -33,10 +33,10 @@ import (
 //	make chaos N=200
 //
 // With TEMPOTENT_CHAOS_PARTITION set (make chaos PARTITION=1), the receipts table is converted to
-// daily partitions (Store.Partition) while the sagas run and the faults strike — Postgres is
-// crash-restarted in the middle of the first conversion, which is retried until one goes
-// through, as an operator would — and the workers purge every few seconds, so the sagas start
-// on the plain table and end on the partitioned one.
+// daily partitions (operator.Client.Partition) while the sagas run and the faults strike —
+// Postgres is crash-restarted in the middle of the first conversion, which is retried until one
+// goes through, as an operator would — and the workers purge every few seconds, so the sagas
+// start on the plain table and end on the partitioned one.
 func TestChaos(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("TEMPOTENT_CHAOS_N"))
 	if n <= 0 {
@@ -368,7 +368,7 @@ func TestChaos(t *testing.T) {
 // paused worker) until a conversion goes through or stop closes. It reports whether the table
 // ended partitioned.
 func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(), count func(string)) bool {
-	store, err := activity.NewStore(w.db(), &activity.Config{Schema: w.schema})
+	op, err := operator.NewClient(w.db(), operator.Config{Schema: w.schema})
 	if err != nil {
 		t.Errorf("partition: %v", err)
 		return false
@@ -385,7 +385,7 @@ func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(),
 			crashing.Go(crash)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		err := store.Partition(ctx)
+		err := op.Partition(ctx)
 		cancel()
 		if err == nil {
 			count("receipts partitioned online")
@@ -396,9 +396,9 @@ func partitionOnline(t *testing.T, w *world, stop <-chan struct{}, crash func(),
 	}
 }
 
-// unresolvedCondition is the activity package's definition of an unresolved receipt (its
-// Store.Unresolved counts them): outcome unknown, or pending after an attempt that may have had
-// its effect and whose lease has ended.
+// unresolvedCondition is the definition of an unresolved receipt that operator.Client.Unresolved
+// counts: outcome unknown, or pending after an attempt that may have had its effect and whose
+// lease has ended.
 // (coalesce keeps NULL columns from making the condition NULL.)
 const unresolvedCondition = `(coalesce(error_type = 'tempotent.OutcomeUnknown', false)
 	OR (state = 'pending' AND effect_possible AND coalesce(lease_expires_at <= now(), false)))`

@@ -21,6 +21,7 @@ import (
 	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/internal/sagamodel"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 )
 
@@ -39,6 +40,7 @@ type compWorld struct {
 	w      *world // for the history helpers; no fakepay, no worker process
 	schema string
 	store  *activity.Store
+	op     *operator.Client // the operator's, on store's receipts
 	p      *sagamodel.Provider
 	queue  string
 }
@@ -51,6 +53,8 @@ func newCompWorld(t *testing.T) *compWorld {
 	c.store, err = activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: c.schema})
 	require.NoError(t, err)
 	require.NoError(t, c.store.Migrate(context.Background()))
+	c.op, err = operator.NewClient(pgtest.Pool(t), operator.Config{Schema: c.schema})
+	require.NoError(t, err)
 	w := worker.New(shared.client, c.queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
 	require.NoError(t, sagamodel.Register(w, c.store, c.p, compSettle))
 	w.RegisterWorkflow(sagamodel.Saga)
@@ -96,9 +100,9 @@ func TestRow29RefundRightAfterChargeSearchLagging(t *testing.T) {
 	require.Greater(t, refund.GetAttempt(), int32(1), "the refund found the charge at once: the search did not lag")
 	require.Equal(t, activity.ErrTypeForwardUnsettled, refund.GetLastFailure().GetApplicationFailureInfo().GetType(),
 		"the refund was not retried as unsettled")
-	r, err := c.store.Receipt(context.Background(), keys.Token(st.Steps[0].CompensationToken))
+	r, err := c.op.Receipt(context.Background(), keys.Token(st.Steps[0].CompensationToken))
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusSucceeded, r.Status)
+	require.Equal(t, operator.StatusSucceeded, r.Status)
 }
 
 // Row 30: a compensation failed for good, fixed, re-armed by an operator. The carrier declines
@@ -122,9 +126,9 @@ func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 	require.Equal(t, saga.CompensationCompleted, waiting.Steps[1].CompensationState, "the release waited on the failed cancellation")
 	require.Equal(t, saga.CompensationCompleted, waiting.Steps[0].CompensationState, "the refund waited on the failed cancellation")
 	require.NoError(t, c.p.RefundRan(pl, waiting.Steps[0].Token))
-	failed, err := c.store.Receipt(context.Background(), keys.Token(waiting.Steps[2].CompensationToken))
+	failed, err := c.op.Receipt(context.Background(), keys.Token(waiting.Steps[2].CompensationToken))
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusFailed, failed.Status)
+	require.Equal(t, operator.StatusFailed, failed.Status)
 	before := c.p.Calls(pl.ID)
 
 	c.p.Fix(pl.ID) // the carrier's credentials are rotated
@@ -140,9 +144,9 @@ func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 	st := c.result(run)
 	require.Equal(t, saga.StateCompensated, st.Status)
 	require.Equal(t, waiting.Steps[2].CompensationToken, st.Steps[2].CompensationToken)
-	after, err := c.store.Receipt(context.Background(), failed.Token)
+	after, err := c.op.Receipt(context.Background(), failed.Token)
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusSucceeded, after.Status, "the re-armed cancellation's new outcome was not recorded")
+	require.Equal(t, operator.StatusSucceeded, after.Status, "the re-armed cancellation's new outcome was not recorded")
 	require.Greater(t, after.Fence, failed.Fence, "the re-armed cancellation was not taken over")
 	calls := c.p.Calls(pl.ID)
 	require.Greater(t, calls[pl.ID+"/CancelShipment"], before[pl.ID+"/CancelShipment"], "the cancellation did not run again")
@@ -151,9 +155,9 @@ func TestRow30CompensationFailedForGoodRearmed(t *testing.T) {
 	charged, refunds, _ := c.p.ChargeOf(st.Steps[0].Token)
 	require.True(t, charged)
 	require.Equal(t, 1, refunds)
-	audit, err := c.store.Audit(context.Background(), failed.Token)
+	audit, err := c.op.Audit(context.Background(), failed.Token)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
-	require.Equal(t, activity.AuditRearm, audit[0].Action)
+	require.Equal(t, operator.AuditRearm, audit[0].Action)
 	require.Equal(t, "oncall", audit[0].Actor)
 }

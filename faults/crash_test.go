@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -30,7 +30,7 @@ func TestRow01KilledAfterChargeBeforeReceipt(t *testing.T) {
 	require.Equal(t, charges[0].ID, r.ChargeID, "the retry did not return the first charge")
 	require.Equal(t, 2, w.ledger().RequestsByKey[token], "the takeover did not call with the same key")
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, operator.StateCompleted, rc.State)
 	require.Equal(t, int64(2), rc.Fence, "not one takeover")
 	require.Equal(t, 2, rc.Attempts)
 	require.Equal(t, 1, second.logged(logTookOver), "the second worker did not take the receipt over")
@@ -93,7 +93,7 @@ func TestRow03KilledAfterReserveBeforeCall(t *testing.T) {
 	require.Len(t, w.charges(o.ID), 1)
 	require.Equal(t, 1, w.ledger().RequestsByKey[stepToken(r, "charge")])
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, operator.StateCompleted, rc.State)
 	require.Equal(t, int64(2), rc.Fence, "the second attempt did not take over")
 	require.Equal(t, 2, rc.Attempts)
 	require.Equal(t, 1, second.logged(logTookOver), "the second worker did not take the receipt over")

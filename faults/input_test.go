@@ -16,6 +16,7 @@ import (
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/internal/temporaltest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -172,7 +173,7 @@ func TestRow17OversizedResult(t *testing.T) {
 	require.Equal(t, payment.StatusCompensated, r.Status)
 	require.True(t, strings.HasPrefix(r.Reason, activity.ErrTypePayloadTooLarge), r.Reason)
 	state, _, payload := w.receipt("charge", "/charge#1")
-	require.Equal(t, activity.StateFailed, state)
+	require.Equal(t, operator.StateFailed, state)
 	require.Nil(t, payload, "a result was stored")
 	require.Len(t, w.charges(o.ID), 1)
 	require.Equal(t, 1, w.refunds(o.ID), "the charge whose result was refused was not refunded")

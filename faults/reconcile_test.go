@@ -19,6 +19,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 	"github.com/tempotent/tempotent/samples/payment"
 )
@@ -40,7 +41,7 @@ func TestRow19ReconcileUnreachable(t *testing.T) {
 	unresolved := func(when string) {
 		t.Helper()
 		rc := w.receiptRow("charge", "/charge#1")
-		require.Equal(t, activity.StatePending, rc.State, when)
+		require.Equal(t, operator.StatePending, rc.State, when)
 		require.True(t, rc.EffectPossible, "%s: the receipt forgot that a charge may have happened", when)
 		require.Equal(t, 1, w.ledger().RequestsByKey[token], "%s: the gateway was called again", when)
 	}
@@ -61,7 +62,7 @@ func TestRow19ReconcileUnreachable(t *testing.T) {
 	require.Equal(t, charges[0].ID, r.ChargeID, "the reconcile did not return the first attempt's charge")
 	require.Equal(t, 1, w.ledger().RequestsByKey[token], "the gateway was called again")
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, operator.StateCompleted, rc.State)
 	require.GreaterOrEqual(t, rc.Fence, int64(4), "three attempts took over: lookup down, refusing, answering")
 	require.Zero(t, w.pending())
 }
@@ -144,7 +145,7 @@ func TestRow22TakeoverPastKeyMemory(t *testing.T) {
 	require.Len(t, w.charges(o.ID), 1)
 	require.Equal(t, 1, w.refunds(o.ID), "the charge that may have happened was not refunded once")
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateFailed, rc.State)
+	require.Equal(t, operator.StateFailed, rc.State)
 	require.NotNil(t, rc.ErrorType)
 	require.Equal(t, activity.ErrTypeOutcomeUnknown, *rc.ErrorType)
 	for _, s := range r.Saga.Steps {

@@ -15,6 +15,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/temporaltest"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -37,7 +38,7 @@ func TestRow20ReservationLost(t *testing.T) {
 		require.NoError(t, err)
 		b.waitFor("failpoint "+failpoint.AfterReserve+" reached", 30*time.Second)
 		held := w.receiptRow("charge", "")
-		require.Equal(t, activity.StatePending, held.State)
+		require.Equal(t, operator.StatePending, held.State)
 		require.Equal(t, int64(1), held.Fence, "B's reservation is a new row")
 
 		require.NoError(t, stale.Signal(syscall.SIGCONT))
@@ -75,7 +76,7 @@ func TestRow20ReservationLost(t *testing.T) {
 		temporaltest.RequireAppError(t, err, activity.ErrTypePayloadMismatch, false)
 		require.ErrorContains(t, err, "can only be used with the same parameters", "B's error is not the provider's answer to B")
 		recorded := w.receiptRow("charge", "")
-		require.Equal(t, activity.StateFailed, recorded.State)
+		require.Equal(t, operator.StateFailed, recorded.State)
 
 		w.startWorker()
 		_, err = quickChargeResult(a)

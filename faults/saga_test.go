@@ -12,6 +12,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -75,7 +76,7 @@ func TestRow21CompensationWhileForwardInFlight(t *testing.T) {
 	// after. Its receipt stays unresolved (pending, an effect possible) for an operator, and
 	// is never purged; it is the only one.
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StatePending, rc.State)
+	require.Equal(t, operator.StatePending, rc.State)
 	require.True(t, rc.EffectPossible)
 	require.Equal(t, 1, w.pending())
 }
@@ -139,12 +140,12 @@ func reset(t *testing.T, w *world, workflowID, resetType string) {
 	require.NoError(t, err, "temporal workflow reset: %s", out)
 }
 
-// purge runs the store's own Purge over the test's receipts.
+// purge runs the operator's Purge over the test's receipts.
 func purge(t *testing.T, w *world) int64 {
 	t.Helper()
-	store, err := activity.NewStore(w.db(), &activity.Config{Schema: w.schema})
+	op, err := operator.NewClient(w.db(), operator.Config{Schema: w.schema})
 	require.NoError(t, err)
-	n, err := store.Purge(context.Background(), 0)
+	n, err := op.Purge(context.Background(), 0)
 	require.NoError(t, err)
 	return n
 }

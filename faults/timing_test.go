@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/freeport"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/samples/payment"
 )
 
@@ -32,7 +32,7 @@ func TestRow10TimeoutWhileFirstAttemptRuns(t *testing.T) {
 	require.Equal(t, charges[0].ID, r.ChargeID)
 	require.Positive(t, w.ledger().ConflictsByKey[charges[0].Token], "no attempt met the first one in flight at the provider")
 	rc := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, rc.State)
+	require.Equal(t, operator.StateCompleted, rc.State)
 	require.GreaterOrEqual(t, rc.Fence, int64(2), "the second attempt did not take over")
 	require.Positive(t, worker.logged(logTookOver))
 	require.Zero(t, w.pending())
@@ -55,7 +55,7 @@ func TestRow11PausedWorkerResumes(t *testing.T) {
 	r := w.result(run)
 	require.Equal(t, payment.StatusCompleted, r.Status)
 	completed := w.receiptRow("charge", "/charge#1")
-	require.Equal(t, activity.StateCompleted, completed.State)
+	require.Equal(t, operator.StateCompleted, completed.State)
 	require.GreaterOrEqual(t, completed.Fence, int64(2))
 	require.NoError(t, paused.Signal(syscall.SIGCONT))
 	paused.awaitLogged(logFencedOut, 2*time.Minute)

@@ -19,7 +19,7 @@
 //     complete is named in a *CompensationError;
 //   - runs a failed compensation again when the workflow calls Compensate again, once an
 //     operator has fixed the cause and re-armed its receipt (tempotent receipts rearm,
-//     activity.Store.Rearm): under the same key, while the completed ones are not run again;
+//     operator.Client.Rearm): under the same key, while the completed ones are not run again;
 //   - answers a query (QueryTypeDefault) with steps, tokens, outcomes and compensation states.
 //
 // Keys travel in Temporal headers: no key parameter appears in an activity's signature. Install

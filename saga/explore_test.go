@@ -21,6 +21,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/sagamodel"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 )
 
@@ -36,7 +37,7 @@ import (
 //   - a later step that fails at once (reserve or ship declined), so the refund runs right after
 //     the charge completed, before the search shows it;
 //   - compensations that fail for good (a refund refused while the account is blocked, a shipment
-//     cancel the carrier rejects), which an operator fixes and re-arms (activity.Store.Rearm)
+//     cancel the carrier rejects), which an operator fixes and re-arms (operator.Client.Rearm)
 //     before signalling the workflow to compensate again;
 //   - a re-execution of the finished saga as after a Reset to its start, which must change
 //     nothing;
@@ -63,7 +64,8 @@ func TestExploreCompensations(t *testing.T) {
 	t.Parallel()
 	seed := uint64(exploreEnv("TEMPOTENT_EXPLORE_SEED", 1))
 	n := exploreEnv("TEMPOTENT_EXPLORE_SAGAS_N", exploreSagasDefault)
-	x := &explorer{store: exploreStore(t), p: sagamodel.NewProvider(), rearms: map[keys.Token]int64{}}
+	store := exploreStore(t)
+	x := &explorer{store: store, op: operatorOn(t, store), p: sagamodel.NewProvider(), rearms: map[keys.Token]int64{}}
 
 	plans := make([]sagamodel.Plan, n)
 	for i := range plans {
@@ -169,6 +171,7 @@ type sagaOutcome struct {
 // explorer runs the sagas of one exploration against one store and one provider.
 type explorer struct {
 	store  *activity.Store
+	op     *operator.Client // the operator's, on store's receipts
 	p      *sagamodel.Provider
 	mu     sync.Mutex
 	rearms map[keys.Token]int64 // compensation token → fence when re-armed
@@ -252,7 +255,7 @@ func modelEnv(store *activity.Store, p *sagamodel.Provider, pl sagamodel.Plan) *
 // every compensation of the saga that failed for good.
 func (x *explorer) operate(pl sagamodel.Plan) error {
 	ctx := context.Background()
-	page, err := x.store.Receipts(ctx, activity.Filter{WorkflowID: pl.ID})
+	page, err := x.op.Receipts(ctx, operator.Filter{WorkflowID: pl.ID})
 	if err != nil {
 		return err
 	}
@@ -267,10 +270,10 @@ func (x *explorer) operate(pl sagamodel.Plan) error {
 	}
 	x.p.Fix(pl.ID)
 	for _, r := range page.Receipts {
-		if r.State != activity.StateFailed || r.Compensates == "" {
+		if r.State != operator.StateFailed || r.Compensates == "" {
 			continue // a declined forward step stays declined
 		}
-		if _, err := x.store.Rearm(ctx, r.Token, activity.Rearming{By: "explorer", Reason: "account unblocked"}); err != nil {
+		if _, err := x.op.Rearm(ctx, r.Token, operator.Rearming{By: "explorer", Reason: "account unblocked"}); err != nil {
 			return fmt.Errorf("re-arm %s (%s): %w", r.Token, r.ActivityType, err)
 		}
 		x.mu.Lock()
@@ -287,7 +290,7 @@ func (x *explorer) checkRearmed(pl sagamodel.Plan) error {
 	rearms := maps.Clone(x.rearms)
 	x.mu.Unlock()
 	for tok, fence := range rearms {
-		r, err := x.store.Receipt(context.Background(), tok)
+		r, err := x.op.Receipt(context.Background(), tok)
 		if err != nil {
 			return err
 		}
@@ -296,7 +299,7 @@ func (x *explorer) checkRearmed(pl sagamodel.Plan) error {
 		}
 		// Every attempt after the re-arm takes the receipt over (a compensation that waits for
 		// its forward step to settle is retried many times): the fence is past the re-armed one.
-		if r.Status != activity.StatusSucceeded || r.Fence <= fence {
+		if r.Status != operator.StatusSucceeded || r.Fence <= fence {
 			return fmt.Errorf("re-armed compensation %s (%s) is %s at fence %d, re-armed at fence %d: it did not run again", tok, r.ActivityType, r.Status, r.Fence, fence)
 		}
 	}

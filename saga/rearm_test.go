@@ -11,8 +11,17 @@ import (
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/internal/sagamodel"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/saga"
 )
+
+// operatorOn is an operator client on the receipts of store, a store of exploreStore.
+func operatorOn(t *testing.T, store *activity.Store) *operator.Client {
+	t.Helper()
+	op, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: store.Config().Schema})
+	require.NoError(t, err)
+	return op
+}
 
 // exploreStore is a migrated store in a fresh schema, for the sagas of the model provider.
 func exploreStore(t *testing.T) *activity.Store {
@@ -37,7 +46,7 @@ func TestRefundRightAfterChargeSearchLagging(t *testing.T) {
 		Options: saga.Options{CompensationOptions: roomToSettle, Parallel: true}}
 	st, err := x.run(pl, false)
 	require.NoError(t, err)
-	store, p := x.store, x.p
+	op, p := operatorOn(t, x.store), x.p
 	require.Equal(t, saga.StateCompensated, st.Status)
 	charged, refunds, nothing := p.ChargeOf(st.Steps[0].Token)
 	require.True(t, charged)
@@ -45,9 +54,9 @@ func TestRefundRightAfterChargeSearchLagging(t *testing.T) {
 	require.Equal(t, 1, refunds, "the charge was not refunded once")
 	// The guard: the refund heard "no charge" first and was retried as unsettled.
 	ctx := context.Background()
-	refund, err := store.Receipt(ctx, keys.Token(st.Steps[0].CompensationToken))
+	refund, err := op.Receipt(ctx, keys.Token(st.Steps[0].CompensationToken))
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusSucceeded, refund.Status)
+	require.Equal(t, operator.StatusSucceeded, refund.Status)
 	require.Greater(t, refund.Attempts, 1, "the refund found the charge at once: the search did not lag")
 	require.Greater(t, p.Calls(pl.ID)["row29/Refund"], 1)
 }
@@ -61,13 +70,14 @@ func TestRefundRightAfterChargeSearchLagging(t *testing.T) {
 func TestCompensationFailedForGoodRearmedRunsAgain(t *testing.T) {
 	t.Parallel()
 	store, p := exploreStore(t), sagamodel.NewProvider()
+	op := operatorOn(t, store)
 	pl := sagamodel.Plan{ID: "row30", FailAt: "ship", Broken: []string{"CancelShipment"},
 		Options: saga.Options{CompensationOptions: roomToSettle}}
 	ctx := context.Background()
 	env := modelEnv(store, p, pl)
 	var (
 		waiting      saga.State
-		failed       activity.Receipt
+		failed       operator.Receipt
 		callsAtRearm map[string]int
 		rearmErr     error
 	)
@@ -78,12 +88,12 @@ func TestCompensationFailedForGoodRearmedRunsAgain(t *testing.T) {
 			err = q.Get(&waiting)
 		}
 		if err == nil {
-			failed, err = store.Receipt(ctx, keys.Token(waiting.Steps[2].CompensationToken))
+			failed, err = op.Receipt(ctx, keys.Token(waiting.Steps[2].CompensationToken))
 		}
 		callsAtRearm = p.Calls(pl.ID)
 		p.Fix(pl.ID) // the carrier's credentials are fixed
 		if err == nil {
-			_, err = store.Rearm(ctx, failed.Token, activity.Rearming{By: "ops@example.com", Reason: "INC-30: carrier credentials rotated"})
+			_, err = op.Rearm(ctx, failed.Token, operator.Rearming{By: "ops@example.com", Reason: "INC-30: carrier credentials rotated"})
 		}
 		rearmErr = err
 		env.SignalWorkflow(sagamodel.CompensateAgain, nil)
@@ -100,13 +110,13 @@ func TestCompensationFailedForGoodRearmedRunsAgain(t *testing.T) {
 	require.Equal(t, saga.CompensationFailed, waiting.Steps[2].CompensationState)
 	require.Equal(t, saga.CompensationCompleted, waiting.Steps[1].CompensationState, "the release waited on the failed cancellation")
 	require.Equal(t, saga.CompensationCompleted, waiting.Steps[0].CompensationState, "the refund waited on the failed cancellation")
-	require.Equal(t, activity.StatusFailed, failed.Status)
+	require.Equal(t, operator.StatusFailed, failed.Status)
 	// After: compensated, the cancellation run again under its token, nothing else again.
 	require.Equal(t, saga.StateCompensated, st.Status)
 	require.Equal(t, waiting.Steps[2].CompensationToken, st.Steps[2].CompensationToken)
-	after, err := store.Receipt(ctx, failed.Token)
+	after, err := op.Receipt(ctx, failed.Token)
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusSucceeded, after.Status, "the re-armed cancellation's new outcome was not recorded")
+	require.Equal(t, operator.StatusSucceeded, after.Status, "the re-armed cancellation's new outcome was not recorded")
 	require.Greater(t, after.Fence, failed.Fence, "the re-armed cancellation was not taken over")
 	calls := p.Calls(pl.ID)
 	require.Greater(t, calls["row30/CancelShipment"], callsAtRearm["row30/CancelShipment"], "the cancellation did not run again")
@@ -115,9 +125,9 @@ func TestCompensationFailedForGoodRearmedRunsAgain(t *testing.T) {
 	charged, refunds, _ := p.ChargeOf(st.Steps[0].Token)
 	require.True(t, charged)
 	require.Equal(t, 1, refunds)
-	audit, err := store.Audit(ctx, failed.Token)
+	audit, err := op.Audit(ctx, failed.Token)
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
-	require.Equal(t, activity.AuditRearm, audit[0].Action)
+	require.Equal(t, operator.AuditRearm, audit[0].Action)
 	require.Equal(t, "ops@example.com", audit[0].Actor)
 }

@@ -24,7 +24,8 @@ func TestResetAfterCompensatedHeldCharge(t *testing.T) {
 		name := map[bool]string{false: "Sequential", true: "Parallel"}[parallel]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			x := &explorer{store: exploreStore(t), p: sagamodel.NewProvider()}
+			store := exploreStore(t)
+			x := &explorer{store: store, op: operatorOn(t, store), p: sagamodel.NewProvider()}
 			pl := sagamodel.Plan{ID: "reset-held-" + name, HoldCharge: true, Hold: exploreSettle / 6, Lag: exploreSettle / 4,
 				ChargeTimeout: exploreChargeTimeout, Options: saga.Options{CompensationOptions: roomToSettle, Parallel: parallel}}
 			first, err := x.run(pl, false)

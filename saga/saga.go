@@ -171,7 +171,7 @@ func (s *Saga) Step(ctx workflow.Context, name string, comp Compensation, activi
 //
 // Steps already compensated are not compensated again, so calling Compensate twice is safe, and
 // is how a failed compensation runs again: fix its cause, re-arm its receipt (the tempotent
-// command's "receipts rearm", or activity.Store.Rearm), then have the workflow call Compensate
+// command's "receipts rearm", or operator.Client.Rearm), then have the workflow call Compensate
 // again, for instance on a signal. The re-armed compensation runs again under the same key and
 // token; the completed ones are not scheduled again. (Resetting the workflow to before its first
 // compensation works too: every completed compensation then replays its receipt.)

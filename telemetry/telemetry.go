@@ -105,12 +105,29 @@ const (
 	WebhookFailed = "tempotent_webhook_failed"
 )
 
+// Metrics of the receipts as a whole, sent to the handler of the operator.Client that purges
+// them (the worker gives it activity.Config.MetricsHandler), after each purge.
+const (
+	// ReceiptsPurged counts the receipts the worker's purger deleted.
+	ReceiptsPurged = "tempotent_receipts_purged"
+	// ReceiptsUnresolved is the gauge of every unresolved receipt, within its retention or past it:
+	// each waits for a retry's reconcile or for a person.
+	ReceiptsUnresolved = "tempotent_receipts_unresolved"
+	// ReceiptsUnresolvedOldest is how long, in seconds, the longest-waiting unresolved receipt has
+	// waited: minutes are a retry between attempts, an hour is a person's job.
+	ReceiptsUnresolvedOldest = "tempotent_receipts_unresolved_oldest_seconds"
+	// ReceiptsUnresolvedHeld is the gauge of unresolved receipts past their retention, which
+	// purging keeps.
+	ReceiptsUnresolvedHeld = "tempotent_receipts_unresolved_held"
+)
+
 // Metrics returns the name of every metric the toolkit emits, counters and gauges, in the order
 // this package declares them: for dashboards, and for alert rules' tests that every name they
 // use exists.
 func Metrics() []string {
 	return []string{
 		ReceiptReserved, ReceiptReplayed, ReceiptMismatched, ReceiptInProgress, ReceiptTakenOver, ReceiptFencedOut,
+		ReceiptsPurged, ReceiptsUnresolved, ReceiptsUnresolvedOldest, ReceiptsUnresolvedHeld,
 		OutboxDelivered, OutboxRetried, OutboxDead, OutboxLostClaim, OutboxHandedBack, OutboxPruned,
 		OutboxBacklog, OutboxOldestAge, OutboxDeadRows,
 		InboxProcessed, InboxDuplicate, InboxInProgress, InboxMismatched,

@@ -53,10 +53,11 @@ type Config struct {
 	// ShutdownGrace is how long running activities may take to finish after SIGINT or
 	// SIGTERM. Env TEMPOTENT_SHUTDOWN_GRACE.
 	ShutdownGrace time.Duration
-	// PurgeEvery is how often the worker deletes receipts past their retention (Store.Purge, in
-	// bounded batches), give or take a fifth at random so that workers started together do not
-	// purge together; one worker at a time does it, under an advisory lock. Negative turns it off
-	// (purge from a job of your own). Env TEMPOTENT_PURGE_EVERY; default PurgeEveryDefault.
+	// PurgeEvery is how often the worker deletes receipts past their retention
+	// (operator.Client.Purge, in bounded batches), give or take a fifth at random so that workers
+	// started together do not purge together; one worker at a time does it, under an advisory
+	// lock. Negative turns it off (purge from a job of your own). Env TEMPOTENT_PURGE_EVERY;
+	// default PurgeEveryDefault.
 	PurgeEvery time.Duration
 	// TemporalCLI is the temporal binary for the dev server (make bin/temporal installs it).
 	// Env TEMPORAL_CLI.

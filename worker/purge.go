@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/tempotent/tempotent/telemetry"
 )
 
 // Purging in the worker: each round is bounded, so that a backlog of expired receipts is worked
@@ -15,10 +17,11 @@ const (
 )
 
 // MetricPurged counts the receipts the worker's purger deleted, through the receipt store's
-// metrics handler (activity.Config.MetricsHandler); the store's gauges of unresolved receipts —
-// activity.MetricUnresolved, MetricUnresolvedOldest (how long the oldest has waited) and
-// MetricUnresolvedHeld (those kept past their retention) — are updated on every round.
-const MetricPurged = "tempotent_receipts_purged"
+// metrics handler (activity.Config.MetricsHandler), where the purger's gauges of unresolved
+// receipts — operator.MetricUnresolved, operator.MetricUnresolvedOldest (how long the oldest has
+// waited) and operator.MetricUnresolvedHeld (those kept past their retention) — go too, updated
+// on every round.
+const MetricPurged = telemetry.ReceiptsPurged
 
 // PurgeOnce deletes receipts past their retention, in batches of a thousand up to a hundred
 // thousand, unless another worker of the same schema is purging: then it does nothing and
@@ -30,7 +33,7 @@ func (e *Env) PurgeOnce(ctx context.Context) (purged int64, ran bool, err error)
 		return 0, false, fmt.Errorf("purge: %w", err)
 	}
 	// A session lock on a connection of its own: it ends with the round, or with the process.
-	lock := "tempotent.purge." + e.Store.Config().Schema
+	lock := "tempotent.purge." + e.Operator.Config().Schema
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1))", lock).Scan(&ran); err != nil || !ran {
 		conn.Release()
 		if err != nil {
@@ -45,9 +48,9 @@ func (e *Env) PurgeOnce(ctx context.Context) (purged int64, ran bool, err error)
 		}
 		conn.Release()
 	}()
-	metrics := e.Store.Config().MetricsHandler
+	metrics := e.Operator.Config().MetricsHandler
 	for range purgeMaxBatches {
-		n, err := e.Store.Purge(ctx, purgeBatch)
+		n, err := e.Operator.Purge(ctx, purgeBatch)
 		purged += n
 		metrics.Counter(MetricPurged).Inc(n)
 		if err != nil {

@@ -60,7 +60,7 @@ func TestPurgeOnceTakesTurns(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Equal(t, int64(n), purged)
-	counts, err := env.Store.CountSince(ctx, time.Time{})
+	counts, err := env.Operator.CountSince(ctx, time.Time{})
 	require.NoError(t, err)
 	require.Zero(t, counts.Completed+counts.Pending+counts.Failed, "receipts left after the purge")
 

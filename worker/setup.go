@@ -22,17 +22,22 @@ import (
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/migrate"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/outbox"
 )
 
 // Env is a running worker's surroundings: a Temporal client, a Postgres pool, the receipt
-// store, and whatever local mode started for them. Close stops it all.
+// store and an operator client on its receipts, and whatever local mode started for them. Close
+// stops it all.
 type Env struct {
 	Config Config
 	Log    *slog.Logger
 	Client client.Client
 	Pool   *pgxpool.Pool
 	Store  *activity.Store
+	// Operator acts on the store's receipts as an operator does (list, resolve, purge…),
+	// configured as the store is (Config.Receipts): the worker's purger uses it.
+	Operator *operator.Client
 	// Outbox is the outbox in the receipts' schema (its table comes with the same migrations).
 	// Put messages in it from activities; Dispatch delivers them from this worker.
 	Outbox *outbox.Outbox
@@ -100,8 +105,25 @@ func (e *Env) connectPostgres(ctx context.Context, url string) error {
 	if err := migrate.Check(ctx, pool, schema); err != nil {
 		return fmt.Errorf("postgres at %s: %w", redact(url), err)
 	}
+	if e.Operator, err = operator.NewClient(pool, operatorConfig(e.Store.Config())); err != nil {
+		return err
+	}
 	e.Outbox, err = outbox.New(pool, &outbox.Config{Schema: schema})
 	return err
+}
+
+// operatorConfig is the operator.Config that reads and writes receipts as a store of cfg does.
+func operatorConfig(cfg activity.Config) operator.Config {
+	return operator.Config{
+		Schema:           cfg.Schema,
+		Retention:        cfg.Retention,
+		DataConverter:    cfg.DataConverter,
+		Codecs:           cfg.Codecs,
+		MaxPayloadBytes:  cfg.MaxPayloadBytes,
+		LockTimeout:      cfg.LockTimeout,
+		StatementTimeout: cfg.StatementTimeout,
+		MetricsHandler:   cfg.MetricsHandler,
+	}
 }
 
 func (e *Env) connectTemporal(ctx context.Context) error {

@@ -12,88 +12,78 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/migrate"
+	"github.com/tempotent/tempotent/operator"
 )
 
 func (a *app) partition(ctx context.Context, args []string) error {
 	f := a.flags("receipts partition", "", `Converts the receipts table to one partition per UTC day, so that purge drops a day at a
-time instead of deleting rows (activity.Store.Partition). Existing receipts stay, in a
+time instead of deleting rows (operator.Client.Partition). Existing receipts stay, in a
 partition named receipts_legacy that purge drops once they have all expired. Safe while
 workers run: the one step that blocks receipt statements takes milliseconds and waits at most
 the lock timeout. Run it once, after migrate; again, it only creates the days ahead.`)
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	s, pool, err := f.store(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	was, err := s.Partitioned(ctx)
-	if err != nil {
-		return err
-	}
-	if err := s.Partition(ctx); err != nil {
-		return err
-	}
-	if was {
-		fmt.Fprintf(a.stdout, "schema %q: receipts were already partitioned; the days ahead are there\n", f.schema)
-	} else {
-		fmt.Fprintf(a.stdout, "schema %q: receipts are partitioned by day; purge now drops whole days\n", f.schema)
-	}
-	return nil
+	return f.execute(ctx, args, nil, func(s *session) error {
+		was, err := s.op.Partitioned(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.op.Partition(ctx); err != nil {
+			return err
+		}
+		if was {
+			fmt.Fprintf(a.stdout, "schema %q: receipts were already partitioned; the days ahead are there\n", f.schema)
+		} else {
+			fmt.Fprintf(a.stdout, "schema %q: receipts are partitioned by day; purge now drops whole days\n", f.schema)
+		}
+		return nil
+	})
 }
 
 func (a *app) purge(ctx context.Context, args []string) error {
 	f := a.flags("purge", "", "Deletes receipts past their retention, a batch at a time. It never deletes an unresolved\nreceipt, nor a pending one whose attempt may still run. Workers started with the worker\nlibrary purge by themselves; this is for a job of your own, or a backlog.")
 	var batch int
 	var untilDone bool
-	f.IntVar(&batch, "batch", activity.PurgeBatchDefault, "receipts per statement")
+	f.IntVar(&batch, "batch", operator.PurgeBatchDefault, "receipts per statement")
 	f.BoolVar(&untilDone, "until-done", false, "repeat until nothing expired is left (each batch is its own short statement)")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if batch <= 0 {
-		return usagef("--batch must be positive")
-	}
-	s, pool, err := f.store(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var total int64
-	for {
-		n, err := s.Purge(ctx, batch)
-		total += n
-		if err != nil {
-			return fmt.Errorf("%w (purged %d before)", err, total)
+	check := func() error {
+		if batch <= 0 {
+			return usagef("--batch must be positive")
 		}
-		if !untilDone || n < int64(batch) {
-			break
+		return nil
+	}
+	return f.execute(ctx, args, check, func(s *session) error {
+		var total int64
+		for {
+			n, err := s.op.Purge(ctx, batch)
+			total += n
+			if err != nil {
+				return fmt.Errorf("%w (purged %d before)", err, total)
+			}
+			if !untilDone || n < int64(batch) {
+				break
+			}
 		}
-	}
-	fmt.Fprintf(a.stdout, "purged %d receipts\n", total)
-	if n, err := s.Unresolved(ctx); err == nil && n > 0 {
-		fmt.Fprintf(a.stdout, "%d unresolved receipts are kept until someone resolves them: tempotent receipts list --state unresolved\n", n)
-	}
-	return nil
+		fmt.Fprintf(a.stdout, "purged %d receipts\n", total)
+		if n, err := s.op.Unresolved(ctx); err == nil && n > 0 {
+			fmt.Fprintf(a.stdout, "%d unresolved receipts are kept until someone resolves them: tempotent receipts list --state unresolved\n", n)
+		}
+		return nil
+	})
 }
 
 func (a *app) stats(ctx context.Context, args []string) error {
 	f := a.flags("stats", "", "Counts receipts by operation and status, and says how long the oldest unresolved one\nhas waited. It reads the whole table: on a large one, run it off peak.")
 	var asJSON bool
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	s, pool, err := f.store(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st, err := s.Stats(ctx)
-	if err != nil {
-		return err
-	}
+	return f.execute(ctx, args, nil, func(s *session) error {
+		st, err := s.op.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		return a.printStats(st, asJSON)
+	})
+}
+
+func (a *app) printStats(st operator.Stats, asJSON bool) error {
 	if asJSON {
 		type op struct {
 			Operation  string `json:"operation,omitempty"`
@@ -104,7 +94,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 			Unknown    int64  `json:"unknown"`
 			Unresolved int64  `json:"unresolved"`
 		}
-		conv := func(o activity.OperationStats) op {
+		conv := func(o operator.OperationStats) op {
 			return op{o.Operation, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved}
 		}
 		out := struct {
@@ -120,7 +110,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	}
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "OPERATION\tRUNNING\tLEASE ENDED\tSUCCEEDED\tFAILED\tUNKNOWN\tUNRESOLVED")
-	row := func(o activity.OperationStats, name string) {
+	row := func(o operator.OperationStats, name string) {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", name, o.Running, o.LeaseEnded, o.Succeeded, o.Failed, o.Unknown, o.Unresolved)
 	}
 	for _, o := range st.Operations {
@@ -146,35 +136,34 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 	var after int
 	f.BoolVar(&print, "print", false, "print the SQL instead of applying it (no database needed)")
 	f.IntVar(&after, "after", 0, "with --print: only the migrations after this version")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if print {
+	printSQL := func() error {
+		if !print {
+			return nil
+		}
 		sql, err := migrate.Script(f.schema, after)
+		if err == nil {
+			_, err = fmt.Fprint(a.stdout, sql)
+		}
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprint(a.stdout, sql)
-		return err
+		return errDone
 	}
-	_, pool, err := f.store(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	before, err := migrate.Missing(ctx, pool, f.schema)
-	if err != nil {
-		return err
-	}
-	if err := migrate.Up(ctx, pool, f.schema); err != nil {
-		return err
-	}
-	if len(before) == 0 {
-		fmt.Fprintf(a.stdout, "schema %q is up to date\n", f.schema)
-	} else {
-		fmt.Fprintf(a.stdout, "schema %q: applied %s\n", f.schema, names(before))
-	}
-	return nil
+	return f.execute(ctx, args, printSQL, func(s *session) error {
+		before, err := migrate.Missing(ctx, s.pool, f.schema)
+		if err != nil {
+			return err
+		}
+		if err := migrate.Up(ctx, s.pool, f.schema); err != nil {
+			return err
+		}
+		if len(before) == 0 {
+			fmt.Fprintf(a.stdout, "schema %q is up to date\n", f.schema)
+		} else {
+			fmt.Fprintf(a.stdout, "schema %q: applied %s\n", f.schema, names(before))
+		}
+		return nil
+	})
 }
 
 // names lists migrations as "005_audit, 006_completed_result".
@@ -194,7 +183,7 @@ var (
 
 func (a *app) doctor(ctx context.Context, args []string) error {
 	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. Exits 4 if any check fails.")
-	retention, keyMemory := activity.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
+	retention, keyMemory := operator.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
 		d, err := parseDuration(v)
 		if err != nil {
@@ -204,15 +193,12 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	}
 	f.Func("retention", "the workers' receipt retention (env TEMPOTENT_RETENTION; default 7d)", durationFlag(&retention))
 	f.Func("key-memory", "how long your downstreams remember idempotency keys (default 24h, Stripe's)", durationFlag(&keyMemory))
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	s, pool, err := f.store(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, f.schema, retention, keyMemory) })
+}
 
+// diagnose runs doctor's checks in s and reports each.
+func (a *app) diagnose(ctx context.Context, s *session, schemaName string, retention, keyMemory time.Duration) error {
+	pool := s.pool
 	failed := false
 	report := func(level, format string, args ...any) {
 		if level == "FAIL" {
@@ -228,19 +214,19 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	cfg := pool.Config().ConnConfig
 	report("ok", "postgres %s at %s:%d, database %q", version, cfg.Host, cfg.Port, cfg.Database)
 
-	missing, err := migrate.Missing(ctx, pool, f.schema)
+	missing, err := migrate.Missing(ctx, pool, schemaName)
 	if err != nil {
 		return err
 	}
-	migrations, err := migrate.List(f.schema)
+	migrations, err := migrate.List(schemaName)
 	if err != nil {
 		return err
 	}
 	if len(missing) > 0 {
 		report("FAIL", "schema %q lacks migrations %s: run tempotent migrate (or apply tempotent migrate --print with your tool)",
-			f.schema, names(missing))
+			schemaName, names(missing))
 	} else {
-		report("ok", "schema %q has all %d migrations", f.schema, len(migrations))
+		report("ok", "schema %q has all %d migrations", schemaName, len(migrations))
 	}
 
 	var want []string
@@ -251,7 +237,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	}
 	var partitioned bool
 	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_class WHERE oid = to_regclass($1) AND relkind = 'p')",
-		pgx.Identifier{f.schema, "receipts"}.Sanitize()).Scan(&partitioned); err != nil {
+		pgx.Identifier{schemaName, "receipts"}.Sanitize()).Scan(&partitioned); err != nil {
 		return err
 	}
 	if partitioned {
@@ -264,7 +250,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	}
 	valid := map[string]bool{}
 	rows, err := pool.Query(ctx, `SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, f.schema)
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, schemaName)
 	if err != nil {
 		return err
 	}
@@ -288,7 +274,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 		// the missing migrations say it already
 	case len(absent) > 0:
 		report("FAIL", "indexes missing in schema %q: %s; they make purge, the unresolved count and lookups cheap. Recreate them as the migrations do (tempotent migrate --print)",
-			f.schema, strings.Join(absent, ", "))
+			schemaName, strings.Join(absent, ", "))
 	default:
 		report("ok", "all %d indexes present", len(want))
 	}
@@ -331,7 +317,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	}
 
 	if len(missing) == 0 {
-		n, err := s.Unresolved(ctx)
+		n, err := s.op.Unresolved(ctx)
 		if err != nil {
 			return err
 		}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // Exit codes (see the package documentation).
@@ -153,7 +153,7 @@ func (a *app) flags(name, args, about string) *flags {
 	f := &flags{FlagSet: flag.NewFlagSet("tempotent "+name, flag.ContinueOnError)}
 	f.SetOutput(io.Discard)
 	f.StringVar(&f.databaseURL, "database-url", a.getenv("DATABASE_URL"), "Postgres URL (env DATABASE_URL; empty means "+localDatabase+")")
-	f.StringVar(&f.schema, "schema", cmp.Or(a.getenv("TEMPOTENT_SCHEMA"), new(activity.Config).WithDefaults().Schema), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
+	f.StringVar(&f.schema, "schema", cmp.Or(a.getenv("TEMPOTENT_SCHEMA"), operator.SchemaDefault), "Postgres schema of the receipts (env TEMPOTENT_SCHEMA)")
 	f.Usage = func() {} // parse prints the help on --help, and errors go back to run
 	f.help = func() {
 		w := a.stdout
@@ -240,32 +240,67 @@ func (f *flags) arg(i int) string {
 	return ""
 }
 
-// store connects to the database and returns a store on the schema. Nothing is checked
+// session is what a command acts through once connected: the pool, and an operator client on
+// the schema.
+type session struct {
+	pool *pgxpool.Pool
+	op   *operator.Client
+}
+
+// errDone is what a command's check returns when it did all the command asks without the
+// database (migrate --print): execute then ends the command, successfully, without connecting.
+var errDone = errors.New("done without the database")
+
+// execute is the parse, open and close that every command shares: it parses args (the
+// command's own flags defined on f beforehand), has check (nil when the flags say it all) refuse
+// what the command cannot take before anything connects, opens a session on the database and the
+// schema, runs do in it, and closes it.
+func (f *flags) execute(ctx context.Context, args []string, check func() error, do func(*session) error) error {
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if check != nil {
+		switch err := check(); {
+		case errors.Is(err, errDone):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+	s, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.pool.Close()
+	return do(s)
+}
+
+// open connects to the database and builds an operator client on the schema. Nothing is checked
 // against the schema here: each command says what it found.
-func (f *flags) store(ctx context.Context) (*activity.Store, *pgxpool.Pool, error) {
+func (f *flags) open(ctx context.Context) (*session, error) {
 	url := cmp.Or(f.databaseURL, localDatabase)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, nil, usagef("DATABASE_URL is not a Postgres URL: %v", err)
+		return nil, usagef("DATABASE_URL is not a Postgres URL: %v", err)
 	}
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("postgres at %s:%d (database %q) does not answer: %w; set DATABASE_URL or --database-url to your receipts' database",
+		return nil, fmt.Errorf("postgres at %s:%d (database %q) does not answer: %w; set DATABASE_URL or --database-url to your receipts' database",
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 	}
-	s, err := activity.NewStore(pool, &activity.Config{Schema: f.schema})
+	op, err := operator.NewClient(pool, operator.Config{Schema: f.schema})
 	if err != nil {
 		pool.Close()
-		return nil, nil, usagef("%v", err)
+		return nil, usagef("%v", err)
 	}
-	return s, pool, nil
+	return &session{pool: pool, op: op}, nil
 }
 
 // durationFlag parses a duration that may be given in days ("7d") as well as Go's units.

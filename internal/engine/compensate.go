@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	sdkactivity "go.temporal.io/sdk/activity"
 
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -91,7 +92,7 @@ func ForwardSettled(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return &StoreError{Op: "read forward", Key: forward, Err: err}
-	case state != statePending:
+	case state != schema.StatePending:
 		// Completed or failed: the effect may have happened up to the moment it was recorded.
 		if since := usOf(finishedUS); since < settle {
 			return unsettled(settle - since)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -52,8 +53,8 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	s, err := NewStore(pool, &Config{Schema: schema, LockTimeout: time.Minute})
+	name := pgtest.Schema(t)
+	s, err := NewStore(pool, &Config{Schema: name, LockTimeout: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	fp, err := keys.FingerprintOf(1)
@@ -65,13 +66,13 @@ func TestBatchSkipsWhatItCannotWrite(t *testing.T) {
 			s.reserveArgs(Call{Key: k, Fingerprint: fp}, res, time.Hour)...))
 		require.NoError(t, err)
 		return &completion{key: k, reservation: res, fingerprint: fp,
-			outcome: outcome{state: stateCompleted, result: []byte("1")}, done: make(chan struct{})}
+			outcome: outcome{state: schema.StateCompleted, result: []byte("1")}, done: make(chan struct{})}
 	}
 	lock := func(c *completion) (unlock func()) {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(ctx) }) // also when the test fails while it holds the lock
-		_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.key.ID)
+		_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{name, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.key.ID)
 		require.NoError(t, err)
 		return func() { require.NoError(t, tx.Rollback(ctx)) }
 	}
@@ -134,8 +135,8 @@ func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	s, err := NewStore(pool, &Config{Schema: schema, LockTimeout: 100 * time.Millisecond})
+	name := pgtest.Schema(t)
+	s, err := NewStore(pool, &Config{Schema: name, LockTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	fp, err := keys.FingerprintOf(1)
@@ -154,7 +155,7 @@ func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.Key.ID); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{name, "receipts"}.Sanitize()+" WHERE id = $1 FOR UPDATE", c.Key.ID); err != nil {
 			return nil, err
 		}
 		go func() { // unlock well past the first lease's end
@@ -168,5 +169,5 @@ func TestLockedCompletionRetriesUntilTheExtendedLeaseEnds(t *testing.T) {
 	require.NoError(t, err, "the completion gave up at the end of the lease it started with, though a heartbeat had extended it")
 	got, err := s.read(ctx, c.Key)
 	require.NoError(t, err)
-	require.Equal(t, stateCompleted, got.state)
+	require.Equal(t, schema.StateCompleted, got.state)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
 
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/telemetry"
 )
@@ -61,7 +62,7 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 			return nil, err
 		}
 		switch r.state {
-		case stateCompleted, stateFailed:
+		case schema.StateCompleted, schema.StateFailed:
 			obs.count(telemetry.ReceiptReplayed)
 			reserving.end(nil)
 			_, replaying := s.startSpan(ctx, telemetry.SpanReplay, k)
@@ -192,7 +193,7 @@ func (s *Store) await(ctx context.Context, k keys.Key, r receipt) (receipt, bool
 		if err != nil {
 			return r, false // the caller's InProgressError leads to a retry that reads again
 		}
-		if next.state != statePending || next.lease <= 0 {
+		if next.state != schema.StatePending || next.lease <= 0 {
 			return next, true
 		}
 	}

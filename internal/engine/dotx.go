@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	commonpb "go.temporal.io/api/common/v1"
 
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/telemetry"
 )
@@ -174,7 +175,7 @@ func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, er
 	if err := checkCompensated(c, r, obs); err != nil {
 		return nil, err
 	}
-	if r.state == statePending {
+	if r.state == schema.StatePending {
 		// Only Do leaves receipts pending; a key must not be shared between Do and the transactional paths (RegisterTx, DoInNewTx, DoInTx).
 		obs.count(telemetry.ReceiptInProgress)
 		return nil, &InProgressError{Key: c.Key, RetryAfter: s.inProgressDelay(r.lease)}

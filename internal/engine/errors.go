@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/internal/errtype"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -182,11 +183,11 @@ type StoreError struct {
 func (e *StoreError) Error() string {
 	var pgErr *pgconn.PgError
 	if errors.As(e.Err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: run Store.Migrate (or apply activity.Migrations) first: %v", e.Op, ref(e.Key), e.Err)
+		return fmt.Sprintf("%s receipt %s: the receipts table does not exist: apply the migrations first (migrate.Up, activity.Store.Migrate, tempotent migrate, or migrate.List with your own tool): %v", e.Op, ref(e.Key), e.Err)
 	}
 	if errors.As(e.Err, &pgErr) && pgErr.Code == "23514" && strings.HasPrefix(pgErr.Message, "no partition") { // check_violation
-		return fmt.Sprintf("%s receipt %s: the partitioned receipts table has no partition for today: Store.Purge creates them days ahead; run it (the worker does, every Config.PurgeEvery; or tempotent purge): %v",
-			e.Op, ref(e.Key), e.Err)
+		return fmt.Sprintf("%s receipt %s: the partitioned receipts table has no partition for today: operator.Client.Purge creates them %d days ahead; run it (the worker does, every worker.Config.PurgeEvery; or tempotent purge): %v",
+			e.Op, ref(e.Key), schema.PartitionsAhead, e.Err)
 	}
 	return fmt.Sprintf("%s receipt %s: %v", e.Op, ref(e.Key), e.Err)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // endLease moves k's lease into the past, as the database clock moving on would for an attempt
@@ -159,7 +160,7 @@ func (x *explorer) purgeNow() error {
 		default:
 			continue
 		}
-		if r.state != statePending {
+		if r.state != schema.StatePending {
 			k.retired = true
 		}
 	}

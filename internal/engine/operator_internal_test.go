@@ -1,8 +1,6 @@
 // The operator's side that the engine's tests drive beside the engine: migrating, purging,
-// counting the unresolved receipts and partitioning the table. It lives above the engine (the
-// activity package's Store, which imports the engine), so the engine's own tests cannot import
-// it: operator_test.go, an external test file compiled into the same test binary, fills
-// operatorForTests before any test runs, and these methods stand in for activity's.
+// counting the unresolved receipts and partitioning the table, through the operator package
+// (which imports nothing of the engine's), on the store's pool and schema.
 
 package engine
 
@@ -11,35 +9,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tempotent/tempotent/internal/schema"
+	"github.com/tempotent/tempotent/operator"
 )
-
-// operatorForTests is the activity package's operator methods, for a store on db in schema.
-var operatorForTests struct {
-	purge      func(ctx context.Context, db *pgxpool.Pool, schema string, limit int) (int64, error)
-	unresolved func(ctx context.Context, db *pgxpool.Pool, schema string) (int64, error)
-	partition  func(ctx context.Context, db *pgxpool.Pool, schema string) error
-}
 
 // Migrate applies the toolkit's migrations to the store's schema, as activity's Store.Migrate.
 func (s *Store) Migrate(ctx context.Context) error { return schema.Migrate(ctx, s.db, s.cfg.Schema) }
 
-// Purge is activity's Store.Purge on the store's table.
+// operator is an operator client on the store's receipts.
+func (s *Store) operator() *operator.Client {
+	c, err := operator.NewClient(s.db, operator.Config{Schema: s.cfg.Schema, Retention: s.cfg.Retention})
+	if err != nil {
+		panic(err) // a schema name and a retention NewStore accepted: NewClient accepts them too
+	}
+	return c
+}
+
+// Purge is operator.Client.Purge on the store's table.
 func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
-	return operatorForTests.purge(ctx, s.db, s.cfg.Schema, limit)
+	return s.operator().Purge(ctx, limit)
 }
 
-// Unresolved is activity's Store.Unresolved on the store's table.
-func (s *Store) Unresolved(ctx context.Context) (int64, error) {
-	return operatorForTests.unresolved(ctx, s.db, s.cfg.Schema)
-}
+// Unresolved is operator.Client.Unresolved on the store's table.
+func (s *Store) Unresolved(ctx context.Context) (int64, error) { return s.operator().Unresolved(ctx) }
 
-// Partition is activity's Store.Partition on the store's table.
-func (s *Store) Partition(ctx context.Context) error {
-	return operatorForTests.partition(ctx, s.db, s.cfg.Schema)
-}
+// Partition is operator.Client.Partition on the store's table.
+func (s *Store) Partition(ctx context.Context) error { return s.operator().Partition(ctx) }
 
 // The operator's conditions and helpers that the explorer checks Purge against, as activity's
 // partition.go and operator.go state them. They are the explorer's own statement of what Purge

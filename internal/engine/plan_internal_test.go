@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // TestKeyedStatementsUseTheKey asks Postgres how it would run each statement that finds
@@ -91,7 +92,7 @@ func TestKeyedPlansMadeOnAFreshTable(t *testing.T) {
 		fingerprint_version, state, result, reservation, lease_expires_at, expires_at)
 	SELECT 'reserve', '', 'Charge', 'later-' || g, 'token-' || g, '\x00', 1, 'completed', $1::bytea, gen_random_uuid(),
 		NULL, now() + interval '7 days'
-	FROM generate_series(1, 2000) AS g`, voidResult)
+	FROM generate_series(1, 2000) AS g`, schema.VoidResult)
 	require.NoError(t, err)
 	for i, st := range statements {
 		under(t, s, conn, st.settings, func() {
@@ -142,7 +143,7 @@ func keyedStatements(t *testing.T, s *Store) []keyedStatement {
 	completed := func(id string) *completion {
 		c := reserveCall(t, id, true)
 		return &completion{key: c.Key, reservation: newReservation(), fingerprint: c.Fingerprint,
-			outcome: outcome{state: stateCompleted, result: []byte("1")}}
+			outcome: outcome{state: schema.StateCompleted, result: []byte("1")}}
 	}
 	reservation := func(id string) *reserveReq {
 		return &reserveReq{call: reserveCall(t, id, true), reservation: newReservation(), lease: time.Minute}

@@ -17,20 +17,13 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	sdkactivity "go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotent/tempotent/internal/errtype"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/telemetry"
-)
-
-// Receipt states.
-const (
-	statePending   = "pending"
-	stateCompleted = "completed"
-	stateFailed    = "failed"
 )
 
 // receipt is a receipts row as the state machine needs it.
@@ -116,17 +109,11 @@ func (o *outcome) size() int {
 // would send, so that a replay returns its type, message, details and cause.
 func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, error) {
 	if err == nil {
-		result := voidResult
-		if p != nil {
-			sealed, err := s.seal(p)
-			if err == nil {
-				result, err = proto.Marshal(sealed)
-			}
-			if err != nil {
-				return outcome{}, fmt.Errorf("encode result for %s: %w", ref(k), err)
-			}
+		result, err := schema.EncodeResult(s.cfg.Codecs, p)
+		if err != nil {
+			return outcome{}, fmt.Errorf("encode result for %s: %w", ref(k), err)
 		}
-		return outcome{state: stateCompleted, result: result}, nil
+		return outcome{state: schema.StateCompleted, result: result}, nil
 	}
 	f := s.failureOf(err)
 	failure, encErr := proto.Marshal(f)
@@ -135,31 +122,7 @@ func (s *Store) outcome(k keys.Key, p *commonpb.Payload, err error) (outcome, er
 	}
 	t := textOf(f.GetApplicationFailureInfo().GetType())
 	m := textOf(f.GetMessage())
-	return outcome{state: stateFailed, failure: failure, errType: &t, errMsg: &m}, nil
-}
-
-// voidResult is what a completed receipt stores for a void result (a nil payload: a nil
-// interface returned, or a reconciled effect with no result): a Temporal Payload of the nil
-// encoding and no data, protobuf-encoded, and not sealed (it holds nothing to hide). The schema
-// refuses a completed receipt with no result (migration 006, which gave this value to the void
-// results stored before it as NULL), so that a write that forgets the result fails instead of
-// leaving a receipt that replays nothing. open turns it back into no payload, so a void result
-// replays as it was returned: as none. Its bytes are in 006_completed_result.up.sql
-// (TestVoidResultIsTheMigrationsValue).
-var voidResult = mustMarshal(&commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(converter.MetadataEncodingNil)}})
-
-func mustMarshal(p *commonpb.Payload) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// isVoid reports whether a stored payload is voidResult.
-func isVoid(p *commonpb.Payload) bool {
-	return len(p.GetData()) == 0 && len(p.GetMetadata()) == 1 &&
-		string(p.GetMetadata()[converter.MetadataEncoding]) == converter.MetadataEncodingNil
+	return outcome{state: schema.StateFailed, failure: failure, errType: &t, errMsg: &m}, nil
 }
 
 // failureOf returns the Temporal failure recorded for a final error, marked non-retryable: the
@@ -221,17 +184,17 @@ func (s *Store) IsFinal(ctx context.Context, err error) bool {
 // was one of this package's own, its typed error is the cause again, so errors.As finds it on
 // every replay.
 func (s *Store) replay(k keys.Key, r receipt) (*commonpb.Payload, error) {
-	if r.state == stateFailed {
+	if r.state == schema.StateFailed {
 		return nil, s.replayFailure(k, r)
 	}
 	if r.result == nil {
 		return nil, nil
 	}
-	p := new(commonpb.Payload)
-	if err := proto.Unmarshal(r.result, p); err != nil {
-		return nil, fmt.Errorf("decode recorded result for %s: %w", ref(k), err)
+	p, err := schema.DecodeResult(s.cfg.Codecs, r.result)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref(k), err)
 	}
-	return s.open(p)
+	return p, nil
 }
 
 func (s *Store) replayFailure(k keys.Key, r receipt) error {
@@ -310,7 +273,7 @@ func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
 // compensated it ended. A failed receipt replays its failure as ever: it claims no effect that
 // was undone.
 func checkCompensated(c Call, r receipt, obs observer) error {
-	if r.compensatedBy == "" || r.state == stateFailed {
+	if r.compensatedBy == "" || r.state == schema.StateFailed {
 		return nil
 	}
 	obs.log("refused: the step was compensated", "compensation", r.compensatedBy)

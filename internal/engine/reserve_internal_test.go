@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 )
 
@@ -101,9 +102,9 @@ func TestReservationBatchAnswersEachAttempt(t *testing.T) {
 	require.True(t, batch[0].receipt.inserted)
 	require.True(t, batch[2].receipt.inserted)
 	require.False(t, batch[1].receipt.inserted)
-	require.Equal(t, stateCompleted, batch[1].receipt.state)
+	require.Equal(t, schema.StateCompleted, batch[1].receipt.state)
 	require.False(t, batch[3].receipt.inserted)
-	require.Equal(t, statePending, batch[3].receipt.state)
+	require.Equal(t, schema.StatePending, batch[3].receipt.state)
 	require.Equal(t, heldRes.uuid(), batch[3].receipt.reservation, "the pending receipt found is not the one there")
 
 	for _, r := range []*reserveReq{batch[0], batch[2]} {
@@ -188,7 +189,7 @@ func TestConcurrentReservationsShareAStatement(t *testing.T) {
 		var state string
 		require.NoError(t, s.db.QueryRow(ctx, fmt.Sprintf(`SELECT state FROM %s WHERE id = $1`,
 			pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize()), fmt.Sprint("k", i)).Scan(&state))
-		require.Equal(t, stateCompleted, state)
+		require.Equal(t, schema.StateCompleted, state)
 	}
 }
 

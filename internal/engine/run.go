@@ -13,6 +13,7 @@ import (
 	sdkactivity "go.temporal.io/sdk/activity"
 
 	"github.com/tempotent/tempotent/internal/failpoint"
+	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/telemetry"
 )
@@ -156,7 +157,7 @@ func (s *Store) fencedOut(ctx context.Context, a *attempt) error {
 	a.obs.count(telemetry.ReceiptFencedOut)
 	a.obs.log("fenced out: another attempt holds this receipt")
 	r, err := s.read(ctx, k)
-	if err != nil || (r.state != stateCompleted && r.state != stateFailed) {
+	if err != nil || (r.state != schema.StateCompleted && r.state != schema.StateFailed) {
 		return &FencedOutError{Key: k}
 	}
 	if !a.call.Fingerprint.Matches(r.fingerprint) {

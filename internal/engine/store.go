@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	commonpb "go.temporal.io/api/common/v1"
+	"github.com/tempotent/tempotent/internal/schema"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
@@ -84,7 +84,7 @@ func (c *Config) WithDefaults() Config {
 		out = *c
 	}
 	out.Schema = cmp.Or(out.Schema, "tempotent")
-	out.Retention = cmp.Or(out.Retention, 7*24*time.Hour)
+	out.Retention = cmp.Or(out.Retention, schema.RetentionDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, 1<<20)
 	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, 10*time.Second)
 	out.InProgressWait = cmp.Or(out.InProgressWait, time.Second)
@@ -171,36 +171,4 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 func (s *Store) Config() Config { return s.cfg }
 
 // table is the receipts table, quoted.
-func (s *Store) table() string { return pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize() }
-
-// seal applies Config.Codecs to a result before it is stored, last to first as the SDK does.
-func (s *Store) seal(p *commonpb.Payload) (*commonpb.Payload, error) {
-	ps := []*commonpb.Payload{p}
-	for i := len(s.cfg.Codecs) - 1; i >= 0; i-- {
-		var err error
-		if ps, err = s.cfg.Codecs[i].Encode(ps); err != nil {
-			return nil, fmt.Errorf("encode result with Config.Codecs: %w", err)
-		}
-	}
-	return ps[0], nil
-}
-
-// open reverses seal on a stored result, so that what the receipt returns is the DataConverter's
-// payload, which the SDK encodes with the client's codecs once. A void result (voidResult) opens
-// as no payload, as it was returned.
-func (s *Store) open(p *commonpb.Payload) (*commonpb.Payload, error) {
-	if isVoid(p) {
-		return nil, nil
-	}
-	ps := []*commonpb.Payload{p}
-	for _, c := range s.cfg.Codecs {
-		var err error
-		if ps, err = c.Decode(ps); err != nil {
-			return nil, fmt.Errorf("decode recorded result with Config.Codecs: %w", err)
-		}
-	}
-	if len(ps) != 1 {
-		return nil, fmt.Errorf("decode recorded result with Config.Codecs: got %d payloads, want 1", len(ps))
-	}
-	return ps[0], nil
-}
+func (s *Store) table() string { return schema.ReceiptsTable(s.cfg.Schema) }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -148,5 +149,22 @@ func NeverAnalyzed(tb testing.TB, table string) {
 	tb.Helper()
 	if _, err := Pool(tb).Exec(context.Background(), `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
 		tb.Fatalf("pgtest: %v", err)
+	}
+}
+
+// ExamplePool is Pool and Schema for a runnable example, which has no testing.TB: a new pool on
+// URL() and schema dropped if an earlier run left it, with what drops schema and closes the
+// pool. It panics if Postgres does not answer, which fails the example with the reason.
+func ExamplePool(ctx context.Context, schema string) (*pgxpool.Pool, func()) {
+	p, err := pgxpool.New(ctx, URL())
+	if err == nil {
+		_, err = p.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: Postgres at %s (TEST_DATABASE_URL): %v", URL(), err))
+	}
+	return p, func() {
+		_, _ = p.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		p.Close()
 	}
 }

@@ -28,6 +28,8 @@ var citedPackages = map[string]string{
 	"downstream":   "downstream",
 	"fakepay":      "downstream/fakepay",
 	"worker":       "worker",
+	"operator":     "operator",
+	"telemetry":    "telemetry",
 }
 
 // sdkTwins are the SDK's packages of the same name as one of ours: a comment that cites

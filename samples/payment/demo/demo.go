@@ -235,7 +235,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := sum.countMessages(ctx, env, payments.URL, orders, results, started); err != nil {
 		return sum, err
 	}
-	counts, err := env.Store.CountSince(ctx, started)
+	counts, err := env.Operator.CountSince(ctx, started)
 	if err != nil {
 		return sum, fmt.Errorf("count stuck receipts: %w", err)
 	}

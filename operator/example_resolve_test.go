@@ -1,4 +1,4 @@
-package activity_test
+package operator_test
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // An attempt at a downstream that does not deduplicate charged and froze; the next found its
 // lease ended and refused to guess (OutcomeUnknown). An operator finds the receipt, checks the
 // provider under its token, and records what happened: the next attempt replays it without
 // calling. (The tempotent command's receipts list and receipts resolve do the same.)
-func ExampleStore_Resolve() {
+func ExampleClient_Resolve() {
 	ctx := context.Background()
-	store, _, cleanup := exampleStore(ctx, "example_resolve")
+	store, op, cleanup := exampleSetup(ctx, "example_resolve")
 	defer cleanup()
 
 	fp, _ := keys.FingerprintOf(map[string]int{"amount": 100})
@@ -37,10 +38,10 @@ func ExampleStore_Resolve() {
 	_, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls.Add(1); return "ch_2", nil })
 	fmt.Println(errors.Is(err, activity.ErrOutcomeUnknown))
 
-	page, _ := store.Receipts(ctx, activity.Filter{State: activity.FilterUnresolved})
+	page, _ := op.Receipts(ctx, operator.Filter{State: operator.FilterUnresolved})
 	r := page.Receipts[0]
 	fmt.Println(r.Key.Operation, r.Status)
-	r, _ = store.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: "ch_1",
+	r, _ = op.Resolve(ctx, r.Token, operator.Resolution{Applied: true, Result: "ch_1",
 		By: "oncall", Reason: "the gateway's report shows ch_1 under the token"})
 	fmt.Println(r.Status, r.ResultText())
 

@@ -1,6 +1,7 @@
-package activity_test
+package operator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,23 +9,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
-
-// unknownOutcome leaves c's receipt recorded as OutcomeUnknown: an attempt charges and dies, and
-// the next finds a downstream that does not deduplicate and no reconcile. It returns the count
-// of charges, which the caller's later attempts go on counting.
-func unknownOutcome(t *testing.T, ctx context.Context, s *activity.Store, c activity.Call) *int {
-	t.Helper()
-	calls := new(int)
-	crashAfterEffect(ctx, s, c, func(keys.Token) { *calls++ })
-	_, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) { *calls++; return chargeResult{}, nil })
-	require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
-	require.Equal(t, 1, *calls)
-	return calls
-}
 
 func TestResolve(t *testing.T) {
 	t.Parallel()
@@ -32,31 +24,31 @@ func TestResolve(t *testing.T) {
 
 	t.Run("AppliedReplaysTheRecordedResult", func(t *testing.T) {
 		t.Parallel()
-		s, _ := setup(t, nil)
+		s, op, _ := setup(t, nil)
 		c := call(t, "order-1/charge", map[string]int{"amount": 100})
 		c.Lease = 20 * time.Millisecond
 		calls := unknownOutcome(t, ctx, s, c)
 
-		page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterUnknown})
+		page, err := op.Receipts(ctx, operator.Filter{State: operator.FilterUnknown})
 		require.NoError(t, err)
 		require.Len(t, page.Receipts, 1)
 		r := page.Receipts[0]
 		require.Equal(t, c.Key.Token(), r.Token)
-		require.Equal(t, activity.StatusUnknown, r.Status)
+		require.Equal(t, operator.StatusUnknown, r.Status)
 		require.True(t, r.Unresolved)
 		require.Equal(t, 2, r.Attempts)
 
-		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"}})
+		_, err = op.Resolve(ctx, r.Token, operator.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"}})
 		require.ErrorContains(t, err, "Resolution.By", "a resolution without who and why was taken")
-		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Result: chargeResult{ChargeID: "ch_1"}, By: "ops", Reason: "forgot Applied"})
+		_, err = op.Resolve(ctx, r.Token, operator.Resolution{Result: chargeResult{ChargeID: "ch_1"}, By: "ops", Reason: "forgot Applied"})
 		require.ErrorContains(t, err, "Applied is false", "a result without Applied was taken as \"not applied\"")
-		_, err = s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, By: "ops", Reason: "no result"})
+		_, err = op.Resolve(ctx, r.Token, operator.Resolution{Applied: true, By: "ops", Reason: "no result"})
 		require.ErrorContains(t, err, "Applied needs Resolution.Result", "an applied resolution without a result was taken")
 
-		got, err := s.Resolve(ctx, r.Token, activity.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"},
+		got, err := op.Resolve(ctx, r.Token, operator.Resolution{Applied: true, Result: chargeResult{ChargeID: "ch_1"},
 			By: "ops@example.com", Reason: "INC-7: the provider's dashboard shows ch_1"})
 		require.NoError(t, err)
-		require.Equal(t, activity.StatusSucceeded, got.Status)
+		require.Equal(t, operator.StatusSucceeded, got.Status)
 		require.False(t, got.Unresolved)
 		require.Equal(t, "ops@example.com", got.ResolvedBy)
 		require.Equal(t, "INC-7: the provider's dashboard shows ch_1", got.Resolution)
@@ -68,19 +60,19 @@ func TestResolve(t *testing.T) {
 		require.Equal(t, chargeResult{ChargeID: "ch_1"}, out, "the next attempt did not replay the resolved result")
 		require.Equal(t, 1, *calls, "the downstream was called again after the outcome was resolved as applied")
 
-		_, err = s.Resolve(ctx, r.Token, activity.Resolution{By: "ops", Reason: "again"})
-		require.ErrorIs(t, err, activity.ErrNotUnresolved, "a recorded outcome was overwritten by hand")
+		_, err = op.Resolve(ctx, r.Token, operator.Resolution{By: "ops", Reason: "again"})
+		require.ErrorIs(t, err, operator.ErrNotUnresolved, "a recorded outcome was overwritten by hand")
 		require.ErrorContains(t, err, "succeeded")
 	})
 
 	t.Run("NotAppliedRunsAgainUnderTheSameToken", func(t *testing.T) {
 		t.Parallel()
-		s, _ := setup(t, nil)
+		s, op, _ := setup(t, nil)
 		c := call(t, "order-2/charge", map[string]int{"amount": 100})
 		c.Lease = 20 * time.Millisecond
 		calls := unknownOutcome(t, ctx, s, c)
 
-		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{By: "ops", Reason: "INC-8: no charge at the provider"})
+		_, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{By: "ops", Reason: "INC-8: no charge at the provider"})
 		require.NoError(t, err)
 		var sent keys.Token
 		out, err := activity.Do(ctx, s, c, func(ctx context.Context) (chargeResult, error) {
@@ -92,9 +84,9 @@ func TestResolve(t *testing.T) {
 		require.Equal(t, chargeResult{ChargeID: "ch_2"}, out)
 		require.Equal(t, 2, *calls, "the next attempt did not call after the outcome was resolved as not applied")
 		require.Equal(t, c.Key.Token(), sent)
-		r, err := s.Receipt(ctx, c.Key.Token())
+		r, err := op.Receipt(ctx, c.Key.Token())
 		require.NoError(t, err)
-		require.Equal(t, activity.StatusSucceeded, r.Status)
+		require.Equal(t, operator.StatusSucceeded, r.Status)
 		require.Equal(t, "ops", r.ResolvedBy, "who resolved it was forgotten when the next attempt completed")
 	})
 
@@ -103,7 +95,7 @@ func TestResolve(t *testing.T) {
 	// lease: that attempt's late completion writes nothing, and it returns what was resolved.
 	t.Run("LeaseEndedTakesTheReceiptFromItsStaleAttempt", func(t *testing.T) {
 		t.Parallel()
-		s, _ := setup(t, nil)
+		s, op, _ := setup(t, nil)
 		c := call(t, "order-3/charge", map[string]int{"amount": 100})
 		c.Lease = 50 * time.Millisecond
 		resolved := make(chan struct{})
@@ -119,16 +111,16 @@ func TestResolve(t *testing.T) {
 			stale <- err
 		}()
 		require.Eventually(t, func() bool {
-			page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterLeaseEnded})
+			page, err := op.Receipts(ctx, operator.Filter{State: operator.FilterLeaseEnded})
 			return err == nil && len(page.Receipts) == 1
 		}, 5*time.Second, 10*time.Millisecond)
-		r, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true, Result: json.RawMessage(`{"charge_id":"ch_resolved"}`),
+		r, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true, Result: json.RawMessage(`{"charge_id":"ch_resolved"}`),
 			By: "ops", Reason: "dashboard"})
 		require.NoError(t, err)
-		require.Equal(t, activity.StatusSucceeded, r.Status)
+		require.Equal(t, operator.StatusSucceeded, r.Status)
 		close(resolved)
 		require.NoError(t, <-stale)
-		r, err = s.Receipt(ctx, c.Key.Token())
+		r, err = op.Receipt(ctx, c.Key.Token())
 		require.NoError(t, err)
 		require.JSONEq(t, `{"charge_id":"ch_resolved"}`, r.ResultText(), "the stale attempt overwrote the resolution")
 	})
@@ -138,7 +130,7 @@ func TestResolve(t *testing.T) {
 	// be sending is the operator's error; the Resolution doc says so.)
 	t.Run("NotAppliedFencesTheStaleAttempt", func(t *testing.T) {
 		t.Parallel()
-		s, _ := setup(t, nil)
+		s, op, _ := setup(t, nil)
 		c := call(t, "order-5/charge", map[string]int{"amount": 100})
 		c.Lease = 50 * time.Millisecond
 		c.DownstreamDeduplicates = true
@@ -151,10 +143,10 @@ func TestResolve(t *testing.T) {
 			stale <- err
 		}()
 		require.Eventually(t, func() bool {
-			page, err := s.Receipts(ctx, activity.Filter{State: activity.FilterLeaseEnded})
+			page, err := op.Receipts(ctx, operator.Filter{State: operator.FilterLeaseEnded})
 			return err == nil && len(page.Receipts) == 1
 		}, 5*time.Second, 10*time.Millisecond)
-		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{By: "ops", Reason: "no charge found"})
+		_, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{By: "ops", Reason: "no charge found"})
 		require.NoError(t, err)
 		close(resolved)
 		require.ErrorIs(t, <-stale, activity.ErrFencedOut, "the stale attempt wrote over the resolution")
@@ -165,70 +157,17 @@ func TestResolve(t *testing.T) {
 
 	t.Run("RefusesARunningOrMissingReceipt", func(t *testing.T) {
 		t.Parallel()
-		s, _ := setup(t, nil)
+		s, op, _ := setup(t, nil)
 		c := call(t, "order-4/charge", map[string]int{"amount": 100})
 		c.Lease = time.Hour
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
-		_, err := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true, Result: 1, By: "ops", Reason: "guess"})
-		require.ErrorIs(t, err, activity.ErrNotUnresolved, "a running attempt's receipt was resolved under it")
-		require.ErrorContains(t, err, activity.StatusRunning)
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
+		_, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true, Result: 1, By: "ops", Reason: "guess"})
+		require.ErrorIs(t, err, operator.ErrNotUnresolved, "a running attempt's receipt was resolved under it")
+		require.ErrorContains(t, err, operator.StatusRunning)
 
-		_, err = s.Resolve(ctx, "no-such-token", activity.Resolution{By: "ops", Reason: "typo"})
-		require.ErrorIs(t, err, activity.ErrNoReceipt)
+		_, err = op.Resolve(ctx, "no-such-token", operator.Resolution{By: "ops", Reason: "typo"})
+		require.ErrorIs(t, err, operator.ErrNoReceipt)
 	})
-}
-
-func TestReceipts(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _ := setup(t, nil)
-	for i := range 5 {
-		c := call(t, fmt.Sprintf("order-%d/charge", i), map[string]int{"amount": i})
-		if i == 4 {
-			c.Key.Tenant, c.Key.Operation = "globex", "Refund"
-		}
-		_, err := activity.Do(ctx, s, c, func(context.Context) (int, error) { return i, nil })
-		require.NoError(t, err)
-	}
-
-	var seen []string
-	f := activity.Filter{Limit: 2}
-	for pages := 0; ; pages++ {
-		require.Less(t, pages, 3)
-		page, err := s.Receipts(ctx, f)
-		require.NoError(t, err)
-		for _, r := range page.Receipts {
-			seen = append(seen, r.Key.ID)
-		}
-		if page.Next == "" {
-			break
-		}
-		f.After = page.Next
-	}
-	require.Equal(t, []string{"order-0/charge", "order-1/charge", "order-2/charge", "order-3/charge", "order-4/charge"}, seen)
-
-	globex := "globex"
-	page, err := s.Receipts(ctx, activity.Filter{Tenant: &globex})
-	require.NoError(t, err)
-	require.Len(t, page.Receipts, 1)
-	page, err = s.Receipts(ctx, activity.Filter{Operation: "Charge", State: activity.StateCompleted})
-	require.NoError(t, err)
-	require.Len(t, page.Receipts, 4)
-	page, err = s.Receipts(ctx, activity.Filter{NewerThan: time.Hour, OlderThan: time.Minute})
-	require.NoError(t, err)
-	require.Empty(t, page.Receipts)
-
-	_, err = s.Receipts(ctx, activity.Filter{State: "stuck"})
-	require.ErrorContains(t, err, "give pending, completed, failed")
-	_, err = s.Receipts(ctx, activity.Filter{After: "not-a-cursor"})
-	require.ErrorContains(t, err, "page cursor")
-
-	st, err := s.Stats(ctx)
-	require.NoError(t, err)
-	require.Equal(t, int64(5), st.Total.Succeeded)
-	require.Len(t, st.Operations, 2)
-	require.Equal(t, "Charge", st.Operations[0].Operation)
-	require.Equal(t, int64(4), st.Operations[0].Succeeded)
 }
 
 // An operator resolves a receipt at the moment the next attempt takes it over. Exactly one of
@@ -237,13 +176,13 @@ func TestReceipts(t *testing.T) {
 func TestResolveRacesATakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t, nil)
+	s, op, _ := setup(t, nil)
 	resolved := 0
 	for i := range 20 {
 		c := call(t, fmt.Sprintf("race-%d/charge", i), map[string]int{"amount": 100})
 		c.Lease = 10 * time.Millisecond
 		c.DownstreamDeduplicates = true
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
 		time.Sleep(15 * time.Millisecond)
 
 		type answer struct {
@@ -252,26 +191,53 @@ func TestResolveRacesATakeover(t *testing.T) {
 		}
 		took := make(chan answer, 1)
 		go func() {
-			out, err := doUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
+			out, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) {
 				return chargeResult{ChargeID: "ch_takeover"}, nil
 			})
 			took <- answer{out, err}
 		}()
-		_, resolveErr := s.Resolve(ctx, c.Key.Token(), activity.Resolution{Applied: true,
+		_, resolveErr := op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true,
 			Result: chargeResult{ChargeID: "ch_resolved"}, By: "ops", Reason: "race"})
 		a := <-took
 		require.NoError(t, a.err)
-		r, err := s.Receipt(ctx, c.Key.Token())
+		r, err := op.Receipt(ctx, c.Key.Token())
 		require.NoError(t, err)
 		if resolveErr == nil {
 			resolved++
 			require.Equal(t, "ch_resolved", a.out.ChargeID, "round %d: the takeover's result was returned although the resolution was taken", i)
 			require.JSONEq(t, `{"charge_id":"ch_resolved","token":""}`, r.ResultText(), "round %d: the resolution was overwritten", i)
 		} else {
-			require.ErrorIs(t, resolveErr, activity.ErrNotUnresolved, "round %d", i)
+			require.ErrorIs(t, resolveErr, operator.ErrNotUnresolved, "round %d", i)
 			require.Equal(t, "ch_takeover", a.out.ChargeID, "round %d", i)
 			require.Nil(t, r.ResolvedAt, "round %d: a refused resolution was recorded", i)
 		}
 	}
 	t.Logf("the resolution won %d of 20 rounds, the takeover the others", resolved)
+}
+
+// An operator's result is a stored result like any other: Resolve seals it with Config.Codecs,
+// so it is not cleartext at rest, and the next attempt replays it decoded.
+func TestResolveSealsTheResultWithCodecs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, op, schema := setup(t, &activity.Config{Codecs: []converter.PayloadCodec{receipttest.Rot13Codec{}}})
+	c := call(t, "order-1/charge", map[string]int{"amount": 100})
+	c.Lease = 20 * time.Millisecond
+	calls := unknownOutcome(t, ctx, s, c)
+
+	const secret = "ch_secret_resolved"
+	got, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true, Result: chargeResult{ChargeID: secret},
+		By: "ops", Reason: "the provider shows the charge"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"charge_id":"`+secret+`","token":""}`, got.ResultText(), "Receipt did not open the resolved result")
+
+	var stored []byte
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT result FROM "+schema+".receipts").Scan(&stored))
+	require.NotEmpty(t, stored)
+	require.False(t, bytes.Contains(stored, []byte(secret)), "the resolved result is stored in cleartext, not sealed by Config.Codecs")
+
+	out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) { *calls++; return chargeResult{}, nil })
+	require.NoError(t, err)
+	require.Equal(t, chargeResult{ChargeID: secret}, out, "the next attempt did not replay the resolved result")
+	require.Equal(t, 1, *calls)
 }

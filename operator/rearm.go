@@ -1,7 +1,7 @@
 // What an operator does to a receipt that failed for good (Rearm), and the audit log that every
 // operator action writes (Resolve, Rearm).
 
-package activity
+package operator
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type AuditEntry struct {
 // rearmedPrefix begins the Resolution of a receipt whose last operator action was a re-arm.
 const rearmedPrefix = "re-armed: "
 
-// Rearmed reports whether the receipt's last operator action was a re-arm (Store.Rearm), rather
+// Rearmed reports whether the receipt's last operator action was a re-arm (Client.Rearm), rather
 // than a resolution: its Resolution is then "re-armed: " and the reason given.
 func (r Receipt) Rearmed() bool { return strings.HasPrefix(r.Resolution, rearmedPrefix) }
 
@@ -70,9 +70,9 @@ type Rearming struct {
 // workflow call Compensate again (saga.Saga.Compensate), or reset it to before its compensations.
 //
 // The failed attempt may have sent a request before it failed, so the receipt says an effect
-// may have happened: for a downstream that deduplicates (Options.DownstreamDeduplicates) the
-// next attempt calls again under the token, which is safe; otherwise, or once the token is
-// older than the downstream's key memory, it reconciles (Options.Reconcile) or fails with
+// may have happened: for a downstream that deduplicates (activity.Options.DownstreamDeduplicates)
+// the next attempt calls again under the token, which is safe; otherwise, or once the token is
+// older than the downstream's key memory, it reconciles (activity.Options.Reconcile) or fails with
 // OutcomeUnknown, as any takeover does. A downstream that remembers a failed answer under the
 // token (Stripe stores the first response to a key, errors included, for 24 hours) gives the
 // same answer again: a cause at the downstream that the token's first answer pinned is fixed
@@ -81,26 +81,26 @@ type Rearming struct {
 // It refuses (ErrNotFailed) any receipt but one whose recorded failure is final: a succeeded or
 // pending receipt, and one recorded as OutcomeUnknown, which Resolve settles instead, since its
 // effect may have happened.
-func (s *Store) Rearm(ctx context.Context, token keys.Token, r Rearming) (Receipt, error) {
+func (c *Client) Rearm(ctx context.Context, token keys.Token, r Rearming) (Receipt, error) {
 	if strings.TrimSpace(r.By) == "" || strings.TrimSpace(r.Reason) == "" {
 		return Receipt{}, errors.New("rearm: say who re-arms (Rearming.By) and why (Rearming.Reason); both go to the audit log")
 	}
-	if _, err := s.Receipt(ctx, token); err != nil {
+	if _, err := c.Receipt(ctx, token); err != nil {
 		return Receipt{}, fmt.Errorf("rearm: %w", err)
 	}
-	tag, err := s.exec(ctx, fmt.Sprintf(rearm, s.table(), s.auditTable()),
-		string(token), newReservation().uuid(), r.By, r.Reason, s.cfg.Retention.Microseconds(), rearmedPrefix)
+	tag, err := c.exec(ctx, fmt.Sprintf(rearm, c.receipts, c.audit),
+		string(token), newReservation(), r.By, r.Reason, c.cfg.Retention.Microseconds(), rearmedPrefix)
 	if err != nil {
-		return Receipt{}, fmt.Errorf("rearm %s: %w", token, s.explain(err))
+		return Receipt{}, fmt.Errorf("rearm %s: %w", token, c.explain(err))
 	}
-	now, err := s.Receipt(ctx, token)
+	now, err := c.Receipt(ctx, token)
 	if err != nil {
 		return Receipt{}, fmt.Errorf("rearm: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		hint := "only a receipt that failed for good can be re-armed"
 		if now.Status == StatusUnknown {
-			hint = "its effect may have happened: find out at the downstream, then resolve it (Store.Resolve, tempotent receipts resolve)"
+			hint = "its effect may have happened: find out at the downstream, then resolve it (Client.Resolve, tempotent receipts resolve)"
 		}
 		return now, fmt.Errorf("%w: receipt %s is %s; %s", ErrNotFailed, token, now.Status, hint)
 	}
@@ -135,20 +135,20 @@ FROM rearmed`
 // audited turns a resolve statement (an UPDATE of the receipt under token $1, $3 who, $4 why,
 // args its arguments) into one that also writes its audit record of action with detail, and
 // returns it with its arguments: the record is written exactly when the update matched.
-func (s *Store) audited(update string, args []any, action string, detail any) (string, []any) {
+func (c *Client) audited(update string, args []any, action string, detail any) (string, []any) {
 	n := len(args)
 	stmt := fmt.Sprintf(`WITH changed AS (%s RETURNING token)
 INSERT INTO %s (actor, action, target, reason, detail) SELECT $3, $%d, token, $4, $%d FROM changed`,
-		update, s.auditTable(), n+1, n+2)
+		update, c.audit, n+1, n+2)
 	return stmt, append(args, action, detail)
 }
 
 // Audit returns the audit log's records of the receipt under token, oldest first.
-func (s *Store) Audit(ctx context.Context, token keys.Token) ([]AuditEntry, error) {
-	rows, err := s.db.Query(ctx, fmt.Sprintf(`SELECT id, at, actor, action, target, reason, detail FROM %s WHERE target = $1 ORDER BY at, id`,
-		s.auditTable()), string(token))
+func (c *Client) Audit(ctx context.Context, token keys.Token) ([]AuditEntry, error) {
+	rows, err := c.db.Query(ctx, fmt.Sprintf(`SELECT id, at, actor, action, target, reason, detail FROM %s WHERE target = $1 ORDER BY at, id`,
+		c.audit), string(token))
 	if err != nil {
-		return nil, fmt.Errorf("read the audit log of %s: %w", token, s.explain(err))
+		return nil, fmt.Errorf("read the audit log of %s: %w", token, c.explain(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
@@ -158,9 +158,7 @@ func (s *Store) Audit(ctx context.Context, token keys.Token) ([]AuditEntry, erro
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the audit log of %s: %w", token, s.explain(err))
+		return nil, fmt.Errorf("read the audit log of %s: %w", token, c.explain(err))
 	}
 	return out, nil
 }
-
-func (s *Store) auditTable() string { return pgx.Identifier{s.cfg.Schema, "audit"}.Sanitize() }

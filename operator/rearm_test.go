@@ -1,4 +1,4 @@
-package activity_test
+package operator_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // A refund that failed for good replays its failure to every later attempt. Once an operator
@@ -19,7 +21,7 @@ import (
 func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t, nil)
+	s, op, _ := setup(t, nil)
 	c := call(t, "order-1/refund", map[string]int{"amount": 100})
 	c.DownstreamDeduplicates = true
 	var tokens []keys.Token
@@ -38,19 +40,19 @@ func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 	_, err = activity.Do(ctx, s, c, refund(false))
 	require.ErrorContains(t, err, "refuses refunds", "the failure was not replayed")
 	require.Len(t, tokens, 1)
-	before, err := s.Receipt(ctx, c.Key.Token())
+	before, err := op.Receipt(ctx, c.Key.Token())
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusFailed, before.Status)
+	require.Equal(t, operator.StatusFailed, before.Status)
 
-	_, err = s.Rearm(ctx, c.Key.Token(), activity.Rearming{By: "ops@example.com"})
+	_, err = op.Rearm(ctx, c.Key.Token(), operator.Rearming{By: "ops@example.com"})
 	require.ErrorContains(t, err, "Rearming.Reason", "a re-arm without why was taken")
-	_, err = s.Rearm(ctx, "no-such-token", activity.Rearming{By: "ops", Reason: "typo"})
-	require.ErrorIs(t, err, activity.ErrNoReceipt)
+	_, err = op.Rearm(ctx, "no-such-token", operator.Rearming{By: "ops", Reason: "typo"})
+	require.ErrorIs(t, err, operator.ErrNoReceipt)
 
-	r, err := s.Rearm(ctx, c.Key.Token(), activity.Rearming{By: "ops@example.com", Reason: "INC-9: refunds enabled on the account again"})
+	r, err := op.Rearm(ctx, c.Key.Token(), operator.Rearming{By: "ops@example.com", Reason: "INC-9: refunds enabled on the account again"})
 	require.NoError(t, err)
-	require.Equal(t, activity.StatePending, r.State)
-	require.Equal(t, activity.StatusLeaseEnded, r.Status)
+	require.Equal(t, operator.StatePending, r.State)
+	require.Equal(t, operator.StatusLeaseEnded, r.Status)
 	require.Empty(t, r.ErrorType)
 	require.Equal(t, "ops@example.com", r.ResolvedBy)
 	require.Contains(t, r.Resolution, "INC-9")
@@ -61,9 +63,9 @@ func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 	require.NoError(t, err, "the re-armed refund did not run again")
 	require.Equal(t, "re_1", out.ChargeID)
 	require.Equal(t, []keys.Token{c.Key.Token(), c.Key.Token()}, tokens, "the refund ran again under another token")
-	after, err := s.Receipt(ctx, c.Key.Token())
+	after, err := op.Receipt(ctx, c.Key.Token())
 	require.NoError(t, err)
-	require.Equal(t, activity.StatusSucceeded, after.Status, "the new outcome was not recorded")
+	require.Equal(t, operator.StatusSucceeded, after.Status, "the new outcome was not recorded")
 	require.Equal(t, before.Fence+1, after.Fence, "the run after the re-arm did not take the receipt over under a new fence")
 
 	out, err = activity.Do(ctx, s, c, refund(false))
@@ -71,15 +73,15 @@ func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 	require.Equal(t, "re_1", out.ChargeID)
 	require.Len(t, tokens, 2, "the recorded new outcome was not replayed")
 
-	_, err = s.Rearm(ctx, c.Key.Token(), activity.Rearming{By: "ops", Reason: "again"})
-	require.ErrorIs(t, err, activity.ErrNotFailed, "a succeeded receipt was re-armed")
+	_, err = op.Rearm(ctx, c.Key.Token(), operator.Rearming{By: "ops", Reason: "again"})
+	require.ErrorIs(t, err, operator.ErrNotFailed, "a succeeded receipt was re-armed")
 	require.ErrorContains(t, err, "succeeded")
 
-	entries, err := s.Audit(ctx, c.Key.Token())
+	entries, err := op.Audit(ctx, c.Key.Token())
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the refused re-arm was recorded, or the re-arm was not")
 	e := entries[0]
-	require.Equal(t, activity.AuditRearm, e.Action)
+	require.Equal(t, operator.AuditRearm, e.Action)
 	require.Equal(t, "ops@example.com", e.Actor)
 	require.Equal(t, string(c.Key.Token()), e.Target)
 	require.Equal(t, "INC-9: refunds enabled on the account again", e.Reason)
@@ -93,31 +95,31 @@ func TestRearmRunsAFailedIntentAgainUnderTheSameToken(t *testing.T) {
 func TestRearmRefusesAllButAFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t, nil)
+	s, op, _ := setup(t, nil)
 
 	t.Run("Pending", func(t *testing.T) {
 		c := call(t, "order-2/refund", map[string]int{"amount": 100})
 		c.Lease = time.Hour
-		crashAfterEffect(ctx, s, c, func(keys.Token) {})
-		_, err := s.Rearm(ctx, c.Key.Token(), activity.Rearming{By: "ops", Reason: "r"})
-		require.ErrorIs(t, err, activity.ErrNotFailed, "a running receipt was re-armed")
-		require.ErrorContains(t, err, activity.StatusRunning)
+		receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) {})
+		_, err := op.Rearm(ctx, c.Key.Token(), operator.Rearming{By: "ops", Reason: "r"})
+		require.ErrorIs(t, err, operator.ErrNotFailed, "a running receipt was re-armed")
+		require.ErrorContains(t, err, operator.StatusRunning)
 	})
 
 	t.Run("OutcomeUnknownIsResolvedInstead", func(t *testing.T) {
 		c := call(t, "order-3/charge", map[string]int{"amount": 100})
 		c.Lease = 20 * time.Millisecond
 		unknownOutcome(t, ctx, s, c)
-		_, err := s.Rearm(ctx, c.Key.Token(), activity.Rearming{By: "ops", Reason: "r"})
-		require.ErrorIs(t, err, activity.ErrNotFailed, "an unknown outcome was re-armed: the effect may have happened")
+		_, err := op.Rearm(ctx, c.Key.Token(), operator.Rearming{By: "ops", Reason: "r"})
+		require.ErrorIs(t, err, operator.ErrNotFailed, "an unknown outcome was re-armed: the effect may have happened")
 		require.ErrorContains(t, err, "resolve")
 
-		_, err = s.Resolve(ctx, c.Key.Token(), activity.Resolution{By: "ops@example.com", Reason: "INC-10: no charge at the provider"})
+		_, err = op.Resolve(ctx, c.Key.Token(), operator.Resolution{By: "ops@example.com", Reason: "INC-10: no charge at the provider"})
 		require.NoError(t, err)
-		entries, err := s.Audit(ctx, c.Key.Token())
+		entries, err := op.Audit(ctx, c.Key.Token())
 		require.NoError(t, err)
 		require.Len(t, entries, 1, "the resolution was not recorded in the audit log")
-		require.Equal(t, activity.AuditResolve, entries[0].Action)
+		require.Equal(t, operator.AuditResolve, entries[0].Action)
 		require.Equal(t, "ops@example.com", entries[0].Actor)
 		require.JSONEq(t, `{"applied": false}`, string(entries[0].Detail))
 	})

@@ -1,4 +1,4 @@
-package activity_test
+package operator_test
 
 import (
 	"context"
@@ -8,15 +8,16 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // A refund failed for good while the merchant account was blocked, and every later attempt
 // replays that failure. Once the account is unblocked, an operator re-arms the receipt: the next
 // attempt calls the provider again under the same token and records what it does. (The tempotent
 // command's receipts rearm does the same; for a saga, the workflow then calls Compensate again.)
-func ExampleStore_Rearm() {
+func ExampleClient_Rearm() {
 	ctx := context.Background()
-	store, _, cleanup := exampleStore(ctx, "example_rearm")
+	store, op, cleanup := exampleSetup(ctx, "example_rearm")
 	defer cleanup()
 
 	fp, _ := keys.FingerprintOf(map[string]string{"charge": "ch_1"})
@@ -35,12 +36,12 @@ func ExampleStore_Rearm() {
 	_, err = activity.Do(ctx, store, refund, provider)
 	fmt.Println(err) // replayed
 
-	r, err := store.Rearm(ctx, refund.Key.Token(), activity.Rearming{By: "oncall", Reason: "INC-9: account unblocked"})
+	r, err := op.Rearm(ctx, refund.Key.Token(), operator.Rearming{By: "oncall", Reason: "INC-9: account unblocked"})
 	fmt.Println(r.Status, err)
 	got, err := activity.Do(ctx, store, refund, provider)
 	fmt.Println(got, err)
 
-	audit, _ := store.Audit(ctx, refund.Key.Token())
+	audit, _ := op.Audit(ctx, refund.Key.Token())
 	fmt.Println(audit[0].Action, audit[0].Actor, audit[0].Reason)
 	// Output:
 	// account blocked (type: Rejected, retryable: false)
