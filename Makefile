@@ -35,7 +35,7 @@ demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, work
 
 test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server; activity's again on partitioned receipts.
 	$(GO) test -race -count=1 ./...
-	TEMPOTENT_TEST_PARTITIONED=1 $(GO) test -race -count=1 ./activity/ ./internal/engine/
+	TEMPOTENT_TEST_PARTITIONED=1 $(GO) test -race -count=1 ./activity/ ./internal/engine/ ./operator/
 	$(GO) test -race -count=1 -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
@@ -99,7 +99,7 @@ explore: ## Explore from SEED: receipts (N=3000, ~2 min; PARTITIONED=1 ~15), dis
 # the exploration runs 100 histories per mutant to keep the whole run near an hour on 2 cores.
 # MUTATION.md lists the mutants that survive and why they cannot change behaviour. MUTATE_DIFF=REV
 # mutates only the lines changed since REV (what CI runs on a day's changes).
-MUTATE_PKGS ?= keys saga internal/engine activity outbox inbox webhook downstream activitytest
+MUTATE_PKGS ?= keys saga internal/engine activity operator migrate outbox inbox webhook downstream activitytest
 MUTATE_DIFF ?=
 # gremlins v0.6.0 runs from inside the package with git's diffs relative to it and without context
 # lines: from the module's root its --diff matches no file (git names them from the root, gremlins
