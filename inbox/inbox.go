@@ -64,10 +64,14 @@ var (
 	// ErrMismatch: this consumer processed a message with this ID and another payload. Nothing
 	// ran: the producer reused an ID, or the message was altered.
 	ErrMismatch = errors.New("inbox: message ID reused with another payload")
-	// ErrNotMigrated: the inbox table is missing; apply tempotent's migrations (migrate.Up).
-	// The same error as migrate.ErrNotMigrated.
-	ErrNotMigrated = migrate.ErrNotMigrated
 )
+
+// ErrNotMigrated is migrate.ErrNotMigrated: the inbox table is missing; apply tempotent's
+// migrations (migrate.Up).
+//
+// Deprecated: match migrate.ErrNotMigrated, the one name of this error; removed in the release
+// after next.
+var ErrNotMigrated = migrate.ErrNotMigrated
 
 // Config configures an Inbox.
 type Config struct {

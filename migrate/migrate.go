@@ -17,8 +17,8 @@ const SchemaDefault = "tempotent"
 
 // ErrNotMigrated is matched by Check's error when a schema lacks migrations, and by the errors of
 // the outbox's and the inbox's statements and of the operator's receipt queries when they meet a
-// table that does not exist yet. outbox.ErrNotMigrated and inbox.ErrNotMigrated are the same
-// error.
+// table that does not exist yet; it is this error's one name (outbox.ErrNotMigrated and
+// inbox.ErrNotMigrated are deprecated aliases of it).
 var ErrNotMigrated = schema.ErrNotMigrated
 
 // Migration is one numbered schema change, with its SQL rendered for a schema.

@@ -36,7 +36,7 @@ func ExampleClient_Resolve() {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	_, err := activity.Do(ctx, store, charge, func(context.Context) (string, error) { calls.Add(1); return "ch_2", nil })
-	fmt.Println(errors.Is(err, activity.ErrOutcomeUnknown))
+	fmt.Println(errors.As(err, new(*activity.OutcomeUnknownError)))
 
 	page, _ := op.Receipts(ctx, operator.Filter{State: operator.FilterUnresolved})
 	r := page.Receipts[0]

@@ -80,7 +80,7 @@ func unknownOutcome(t *testing.T, ctx context.Context, s *activity.Store, c acti
 	calls := new(int)
 	receipttest.CrashAfterEffect(ctx, s, c, func(keys.Token) { *calls++ })
 	_, err := receipttest.DoUntilDone(ctx, s, c, func(context.Context) (chargeResult, error) { *calls++; return chargeResult{}, nil })
-	require.ErrorIs(t, err, activity.ErrOutcomeUnknown)
+	require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
 	require.Equal(t, 1, *calls)
 	return calls
 }

@@ -216,7 +216,7 @@ func TestRetirementRacesTakeovers(t *testing.T) {
 					return i, nil
 				})
 				var inProgress *activity.InProgressError
-				if err == nil || time.Now().After(deadline) || !(errors.Is(err, activity.ErrStore) || errors.As(err, &inProgress)) {
+				if err == nil || time.Now().After(deadline) || !(errors.As(err, new(*activity.StoreError)) || errors.As(err, &inProgress)) {
 					assert.NoError(t, err, "order-%d", i)
 					return
 				}

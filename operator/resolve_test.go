@@ -149,7 +149,7 @@ func TestResolve(t *testing.T) {
 		_, err := op.Resolve(ctx, c.Key.Token(), operator.Resolution{By: "ops", Reason: "no charge found"})
 		require.NoError(t, err)
 		close(resolved)
-		require.ErrorIs(t, <-stale, activity.ErrFencedOut, "the stale attempt wrote over the resolution")
+		require.ErrorAs(t, <-stale, new(*activity.FencedOutError), "the stale attempt wrote over the resolution")
 		out, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) { return chargeResult{ChargeID: "ch_next"}, nil })
 		require.NoError(t, err)
 		require.Equal(t, "ch_next", out.ChargeID)

@@ -114,10 +114,14 @@ var (
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidMessage: no topic, or no ID outside a receipt, or an empty header name.
 	ErrInvalidMessage = errors.New("outbox: invalid message")
-	// ErrNotMigrated: the outbox table is missing; apply tempotent's migrations (migrate.Up).
-	// The same error as migrate.ErrNotMigrated.
-	ErrNotMigrated = migrate.ErrNotMigrated
 )
+
+// ErrNotMigrated is migrate.ErrNotMigrated: the outbox table is missing; apply tempotent's
+// migrations (migrate.Up).
+//
+// Deprecated: match migrate.ErrNotMigrated, the one name of this error; removed in the release
+// after next.
+var ErrNotMigrated = migrate.ErrNotMigrated
 
 // Put writes m in tx, to be delivered once tx commits; if tx rolls back, the message was never
 // sent. Putting a message whose ID is already in the outbox with the same content does nothing

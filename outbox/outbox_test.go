@@ -300,7 +300,7 @@ func TestPutBeforeMigrateSaysWhatToDo(t *testing.T) {
 	o, err := outbox.New(pgtest.Pool(t), &outbox.Config{Schema: pgtest.Schema(t)})
 	require.NoError(t, err)
 	err = pgx.BeginFunc(ctx, pgtest.Pool(t), func(tx pgx.Tx) error { return o.Put(ctx, tx, outbox.Message{ID: "m", Topic: "t"}) })
-	require.ErrorIs(t, err, outbox.ErrNotMigrated)
+	require.ErrorIs(t, err, migrate.ErrNotMigrated)
 	require.ErrorContains(t, err, "Migrate")
 	require.ErrorContains(t, o.Check(ctx), "Migrate")
 }

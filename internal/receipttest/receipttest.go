@@ -37,7 +37,7 @@ func CrashAfterEffect(ctx context.Context, s *activity.Store, c activity.Call, e
 func DoUntilDone[T any](ctx context.Context, s *activity.Store, c activity.Call, fn func(context.Context) (T, error)) (T, error) {
 	for {
 		out, err := activity.Do(ctx, s, c, fn)
-		if !errors.Is(err, activity.ErrInProgress) {
+		if !errors.As(err, new(*activity.InProgressError)) {
 			return out, err
 		}
 		time.Sleep(5 * time.Millisecond)
