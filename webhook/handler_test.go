@@ -56,6 +56,24 @@ var schemes = []scheme{
 		oldSecret: swOldSecret,
 		sign:      signStandard,
 	},
+	{
+		// Standard Webhooks with ed25519 (v1a): the "secrets" name key pairs (edKey), the
+		// verifier holds their public keys.
+		name: "StandardWebhooksV1a",
+		verifier: func(names ...string) webhook.Verifier {
+			return webhook.StandardWebhooks{PublicKeys: publicKeys(names...)}
+		},
+		secret:    "provider",
+		oldSecret: "provider-previous",
+		sign:      signV1a,
+	},
+	{
+		name:      "GitHub",
+		verifier:  func(secrets ...string) webhook.Verifier { return webhook.GitHub{Secrets: secrets} },
+		secret:    ghSecret,
+		oldSecret: "an older secret",
+		sign:      signGitHub,
+	},
 }
 
 // event is a Stripe-like event body. Its spacing and key order are not what encoding/json
@@ -494,6 +512,27 @@ func TestHandlerRefuses(t *testing.T) {
 		{name: "Oversized", scheme: "StandardWebhooks", header: sw(swSecret, "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
 		{name: "GET", scheme: "StandardWebhooks", method: http.MethodGet, header: sw(swSecret, "evt_1", now, body), want: http.StatusMethodNotAllowed},
 		{name: "UnknownTenant", scheme: "StandardWebhooks", path: "/hooks/globex", header: sw(swSecret, "evt_1", now, body), want: http.StatusNotFound},
+		{name: "IDWithDot", scheme: "StandardWebhooks", header: func() http.Header {
+			h := sw(swSecret, "evt_1", now, body)
+			h.Set("Webhook-Id", "evt.1")
+			h.Set("Webhook-Signature", signV1(mustDecode(t, swSecret), "evt.1", strconv.FormatInt(now.Unix(), 10), body))
+			return h
+		}(), want: http.StatusBadRequest},
+
+		{name: "WrongKey", scheme: "StandardWebhooksV1a", header: signV1a(t, "intruder", "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "WrongScheme", scheme: "StandardWebhooksV1a", header: sw(swSecret, "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "TamperedBody", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now, body), body: event("evt_1", 1), want: http.StatusUnauthorized},
+		{name: "StalePast", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now.Add(-10*time.Minute), body), want: http.StatusBadRequest},
+		{name: "MissingID", scheme: "StandardWebhooksV1a", header: without(signV1a(t, "provider", "evt_1", now, body), "Webhook-Id"), want: http.StatusBadRequest},
+		{name: "IDWithDot", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt.1", now, body), want: http.StatusBadRequest},
+		{name: "Oversized", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
+
+		{name: "WrongSecret", scheme: "GitHub", header: signGitHub(t, "not the secret", "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "WrongScheme", scheme: "GitHub", header: stripe(ghSecret, now, body), want: http.StatusUnauthorized},
+		{name: "TamperedBody", scheme: "GitHub", header: signGitHub(t, ghSecret, "evt_1", now, body), body: event("evt_1", 1), want: http.StatusUnauthorized},
+		{name: "MissingSignature", scheme: "GitHub", header: without(signGitHub(t, ghSecret, "evt_1", now, body), "X-Hub-Signature-256"), want: http.StatusUnauthorized},
+		{name: "MissingDelivery", scheme: "GitHub", header: without(signGitHub(t, ghSecret, "evt_1", now, body), "X-GitHub-Delivery"), want: http.StatusBadRequest},
+		{name: "Oversized", scheme: "GitHub", header: signGitHub(t, ghSecret, "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
 	}
 	// Sequential: each case checks that the schema is still empty after it.
 	for _, tc := range tests {
@@ -520,6 +559,20 @@ func TestHandlerRefuses(t *testing.T) {
 	requireOK(t, hooks["StandardWebhooks"].post("/hooks/acme", sw(swSecret, "evt_1", now, body), body), false)
 	require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks["Stripe"].rows(t))
 	require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks["StandardWebhooks"].rows(t))
+	for _, name := range []string{"StandardWebhooksV1a", "GitHub"} {
+		sc := schemeNamed(name)
+		requireOK(t, hooks[name].post("/hooks/acme", sc.sign(t, sc.secret, "evt_1", now, body), body), false)
+		require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks[name].rows(t))
+	}
+}
+
+func schemeNamed(name string) scheme {
+	for _, sc := range schemes {
+		if sc.name == name {
+			return sc
+		}
+	}
+	panic("no scheme " + name)
 }
 
 func TestHandlerSameDeliveryOtherBody(t *testing.T) {
