@@ -575,6 +575,63 @@ func schemeNamed(name string) scheme {
 	panic("no scheme " + name)
 }
 
+// Deliveries are remembered per source: a second handler of the same source with another topic
+// would take each delivery as a duplicate of the first's, and its topic would never get one. It
+// is refused when built; a source of its own per endpoint works, and so does a second handler
+// of the same source and topic (two paths to one endpoint).
+func TestNewHandlerRefusesSameSourceOtherTopic(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	name := pgtest.Schema(t)
+	require.NoError(t, migrate.Up(context.Background(), pool, name))
+	out, err := outbox.New(pool, &outbox.Config{Schema: name})
+	require.NoError(t, err)
+	build := func(source, topic string) (*webhook.Handler, error) {
+		return webhook.NewHandler(pool, out, webhook.HandlerConfig{
+			Source: source, Topic: topic, Verifier: webhook.Stripe{Secrets: []string{stripeSecret}},
+			Now: func() time.Time { return now }, Logger: quiet,
+		})
+	}
+	billing, err := build("stripe", "billing.stripe")
+	require.NoError(t, err)
+
+	_, err = build("stripe", "shipping.stripe")
+	require.ErrorContains(t, err, `Source "stripe" already has a handler putting its deliveries under topic "billing.stripe"`)
+	require.ErrorContains(t, err, "give each endpoint a Source of its own")
+	_, err = build("stripe", "") // the default topic, webhook.stripe, is another topic too
+	require.ErrorContains(t, err, `topic "webhook.stripe" would never get it`)
+
+	again, err := build("stripe", "billing.stripe")
+	require.NoError(t, err, "a second handler of the same endpoint was refused")
+	shipping, err := build("stripe-shipping", "shipping.stripe")
+	require.NoError(t, err)
+
+	// Another schema is another store of deliveries: the same source may go elsewhere there.
+	other := pgtest.Schema(t)
+	require.NoError(t, migrate.Up(context.Background(), pool, other))
+	otherOut, err := outbox.New(pool, &outbox.Config{Schema: other})
+	require.NoError(t, err)
+	_, err = webhook.NewHandler(pool, otherOut, webhook.HandlerConfig{Source: "stripe", Topic: "shipping.stripe", Verifier: webhook.Stripe{Secrets: []string{stripeSecret}}})
+	require.NoError(t, err)
+
+	// The same event, sent to both endpoints, reaches both topics once each.
+	body := event("evt_1", 1000)
+	signed := stripeHeader(webhook.SignStripe(stripeSecret, now, body))
+	for _, h := range []*webhook.Handler{billing, again, shipping} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		maps.Copy(r.Header, signed)
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	}
+	k := hook{schema: name}
+	var topics []string
+	for _, m := range k.messages(t) {
+		topics = append(topics, m.Topic)
+	}
+	require.Equal(t, []string{"billing.stripe", "shipping.stripe"}, topics)
+}
+
 func TestHandlerSameDeliveryOtherBody(t *testing.T) {
 	t.Parallel()
 	for _, sc := range schemes {
