@@ -369,12 +369,7 @@ func parseStandardSignatures(value string, withV1a bool) (sigs, asigs [][]byte, 
 
 // standardContent is what a Standard Webhooks signature signs: "<id>.<timestamp>.<body>".
 func standardContent(id, ts string, body []byte) []byte {
-	content := make([]byte, 0, len(id)+len(ts)+len(body)+2)
-	content = append(content, id...)
-	content = append(content, '.')
-	content = append(content, ts...)
-	content = append(content, '.')
-	return append(content, body...)
+	return append([]byte(id+"."+ts+"."), body...)
 }
 
 // anyVerifies reports whether any of sigs is an ed25519 signature of content under any of keys

@@ -254,7 +254,11 @@ func TestValidatePublicKeysAndGitHub(t *testing.T) {
 			require.NotContains(t, tc.err.Error(), ghSecret, "the message leaks a secret")
 		})
 	}
-	_, err := webhook.GitHub{}.Verify(http.Header{}, nil, now)
+	// A malformed signature's refusal says what a good one looks like.
+	_, err := webhook.GitHub{Secrets: []string{ghSecret}}.Verify(http.Header{"X-Hub-Signature-256": {"sha256=abc"}}, nil, now)
+	require.ErrorContains(t, err, "sha256= and 64 hex digits")
+
+	_, err = webhook.GitHub{}.Verify(http.Header{}, nil, now)
 	require.ErrorContains(t, err, "webhook.GitHub: Secrets is empty", "Verify ran on an invalid configuration")
 }
 
