@@ -144,10 +144,19 @@ type Dispatcher struct {
 	met client.MetricsHandler
 }
 
-// NewDispatcher returns a dispatcher of o's messages through pub.
+// NewDispatcher returns a dispatcher of o's messages through pub. A publisher with a Validate
+// method (HTTPPublisher) is validated here, and refused with its error (a *ConfigError), rather
+// than left to fail every message until each is dead.
 func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher, error) {
 	if o == nil || pub == nil {
 		return nil, errors.New("outbox.NewDispatcher: the outbox and the publisher are required")
+	}
+	// A publisher whose settings cannot work (HTTPPublisher.Validate) would fail every message
+	// until each is dead; refuse it here, where the mistake is made.
+	if v, ok := pub.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("outbox.NewDispatcher: %w", err)
+		}
 	}
 	var c DispatcherConfig
 	if cfg != nil {

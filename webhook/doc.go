@@ -16,8 +16,10 @@
 // is answered 4xx with nothing stored and nothing started; a replayed one is answered 200 and
 // stored once.
 //
-// Verifiers: Stripe (the Stripe-Signature scheme) and StandardWebhooks (webhook-id,
-// webhook-timestamp, webhook-signature), each with several secrets at once for rotation, a
-// timestamp tolerance, and constant-time comparison. SignStripe and SignStandardWebhooks sign
-// deliveries for tests.
+// Verifiers: Stripe (the Stripe-Signature scheme), StandardWebhooks (webhook-id,
+// webhook-timestamp, webhook-signature; v1 HMAC-SHA256 with secrets, v1a ed25519 with public keys)
+// and GitHub (X-Hub-Signature-256), each with several secrets or keys at once for rotation,
+// constant-time comparison of HMACs, and, where the scheme signs a timestamp, a tolerance.
+// SignStripe and SignStandardWebhooks sign deliveries for tests; outbox.HTTPPublisher signs
+// Standard Webhooks deliveries for real.
 package webhook

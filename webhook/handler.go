@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,12 @@ type HandlerConfig struct {
 	// secrets) instead of Verifier. An error answers 404, nothing stored.
 	VerifierFor func(tenant string) (Verifier, error)
 	// Topic is the outbox topic of accepted deliveries. Default "webhook." + Source.
+	//
+	// Deliveries are remembered per tenant and Source, not per Topic: a second handler of the
+	// same Source with another Topic would take every delivery the first has taken as a
+	// duplicate, and its topic would never get it. NewHandler refuses such a handler when the
+	// first was built in the same process on the same database and schema; across processes,
+	// give each endpoint a Source of its own ("stripe-billing", "stripe-shipping").
 	Topic string
 	// MaxBodyBytes bounds a body; a larger one is answered 413. Default MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -101,7 +108,9 @@ type Handler struct {
 var sourcePattern = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 
 // NewHandler returns the handler of cfg.Source's webhooks, storing them in db and putting them in
-// out (whose schema also holds the inbox that remembers delivery IDs).
+// out (whose schema also holds the inbox that remembers delivery IDs). It refuses a Source that
+// a handler built before, in this process on the same database and schema, puts under another
+// Topic (see HandlerConfig.Topic).
 func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handler, error) {
 	switch {
 	case db == nil || out == nil:
@@ -129,10 +138,48 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	if err != nil {
 		return nil, err
 	}
+	if err := claimEndpoint(db, out.Schema(), cfg.Source, cfg.Topic); err != nil {
+		return nil, err
+	}
 	return &Handler{
 		cfg: cfg, db: db, out: out, inbox: ib, met: met,
 		log: cmp.Or(cfg.Logger, slog.Default()).With("component", "tempotent.webhook", "source", cfg.Source),
 	}, nil
+}
+
+// endpoints holds the topic of every Source a handler was built for in this process, per
+// database and schema, for claimEndpoint.
+var endpoints = struct {
+	sync.Mutex
+	topics map[endpointKey]string
+}{topics: map[endpointKey]string{}}
+
+// endpointKey names where a handler remembers its deliveries: the database (by address, not by
+// pool, so that two pools on one database are one), the schema, and the source.
+type endpointKey struct {
+	host     string
+	port     uint16
+	database string
+	schema   string
+	source   string
+}
+
+// claimEndpoint records that source's deliveries in schema go to topic, and refuses a source
+// already recorded with another topic. The inbox's consumer is "webhook/" + source, and the
+// outbox message ID MessageID(source, tenant, id): keying them on the topic too would let
+// deliveries already remembered under the old keys through again after an upgrade, under new
+// message IDs that consumers would not deduplicate; so the handler refuses instead.
+func claimEndpoint(db *pgxpool.Pool, schema, source, topic string) error {
+	c := db.Config().ConnConfig
+	key := endpointKey{host: c.Host, port: c.Port, database: c.Database, schema: schema, source: source}
+	endpoints.Lock()
+	defer endpoints.Unlock()
+	if other, ok := endpoints.topics[key]; ok && other != topic {
+		return fmt.Errorf("webhook.NewHandler: Source %q already has a handler putting its deliveries under topic %q; deliveries are remembered per source, so every delivery one handler takes would be a duplicate to the other, and topic %q would never get it: give each endpoint a Source of its own, such as %q and %q",
+			source, other, topic, source+"-billing", source+"-shipping")
+	}
+	endpoints.topics[key] = topic
+	return nil
 }
 
 // ServeHTTP implements http.Handler.

@@ -56,6 +56,24 @@ var schemes = []scheme{
 		oldSecret: swOldSecret,
 		sign:      signStandard,
 	},
+	{
+		// Standard Webhooks with ed25519 (v1a): the "secrets" name key pairs (edKey), the
+		// verifier holds their public keys.
+		name: "StandardWebhooksV1a",
+		verifier: func(names ...string) webhook.Verifier {
+			return webhook.StandardWebhooks{PublicKeys: publicKeys(names...)}
+		},
+		secret:    "provider",
+		oldSecret: "provider-previous",
+		sign:      signV1a,
+	},
+	{
+		name:      "GitHub",
+		verifier:  func(secrets ...string) webhook.Verifier { return webhook.GitHub{Secrets: secrets} },
+		secret:    ghSecret,
+		oldSecret: "an older secret",
+		sign:      signGitHub,
+	},
 }
 
 // event is a Stripe-like event body. Its spacing and key order are not what encoding/json
@@ -494,6 +512,27 @@ func TestHandlerRefuses(t *testing.T) {
 		{name: "Oversized", scheme: "StandardWebhooks", header: sw(swSecret, "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
 		{name: "GET", scheme: "StandardWebhooks", method: http.MethodGet, header: sw(swSecret, "evt_1", now, body), want: http.StatusMethodNotAllowed},
 		{name: "UnknownTenant", scheme: "StandardWebhooks", path: "/hooks/globex", header: sw(swSecret, "evt_1", now, body), want: http.StatusNotFound},
+		{name: "IDWithDot", scheme: "StandardWebhooks", header: func() http.Header {
+			h := sw(swSecret, "evt_1", now, body)
+			h.Set("Webhook-Id", "evt.1")
+			h.Set("Webhook-Signature", signV1(mustDecode(t, swSecret), "evt.1", strconv.FormatInt(now.Unix(), 10), body))
+			return h
+		}(), want: http.StatusBadRequest},
+
+		{name: "WrongKey", scheme: "StandardWebhooksV1a", header: signV1a(t, "intruder", "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "WrongScheme", scheme: "StandardWebhooksV1a", header: sw(swSecret, "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "TamperedBody", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now, body), body: event("evt_1", 1), want: http.StatusUnauthorized},
+		{name: "StalePast", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now.Add(-10*time.Minute), body), want: http.StatusBadRequest},
+		{name: "MissingID", scheme: "StandardWebhooksV1a", header: without(signV1a(t, "provider", "evt_1", now, body), "Webhook-Id"), want: http.StatusBadRequest},
+		{name: "IDWithDot", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt.1", now, body), want: http.StatusBadRequest},
+		{name: "Oversized", scheme: "StandardWebhooksV1a", header: signV1a(t, "provider", "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
+
+		{name: "WrongSecret", scheme: "GitHub", header: signGitHub(t, "not the secret", "evt_1", now, body), want: http.StatusUnauthorized},
+		{name: "WrongScheme", scheme: "GitHub", header: stripe(ghSecret, now, body), want: http.StatusUnauthorized},
+		{name: "TamperedBody", scheme: "GitHub", header: signGitHub(t, ghSecret, "evt_1", now, body), body: event("evt_1", 1), want: http.StatusUnauthorized},
+		{name: "MissingSignature", scheme: "GitHub", header: without(signGitHub(t, ghSecret, "evt_1", now, body), "X-Hub-Signature-256"), want: http.StatusUnauthorized},
+		{name: "MissingDelivery", scheme: "GitHub", header: without(signGitHub(t, ghSecret, "evt_1", now, body), "X-GitHub-Delivery"), want: http.StatusBadRequest},
+		{name: "Oversized", scheme: "GitHub", header: signGitHub(t, ghSecret, "evt_1", now, large), body: large, want: http.StatusRequestEntityTooLarge},
 	}
 	// Sequential: each case checks that the schema is still empty after it.
 	for _, tc := range tests {
@@ -520,6 +559,77 @@ func TestHandlerRefuses(t *testing.T) {
 	requireOK(t, hooks["StandardWebhooks"].post("/hooks/acme", sw(swSecret, "evt_1", now, body), body), false)
 	require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks["Stripe"].rows(t))
 	require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks["StandardWebhooks"].rows(t))
+	for _, name := range []string{"StandardWebhooksV1a", "GitHub"} {
+		sc := schemeNamed(name)
+		requireOK(t, hooks[name].post("/hooks/acme", sc.sign(t, sc.secret, "evt_1", now, body), body), false)
+		require.Equal(t, rows{Inbox: 1, Outbox: 1}, hooks[name].rows(t))
+	}
+}
+
+func schemeNamed(name string) scheme {
+	for _, sc := range schemes {
+		if sc.name == name {
+			return sc
+		}
+	}
+	panic("no scheme " + name)
+}
+
+// Deliveries are remembered per source: a second handler of the same source with another topic
+// would take each delivery as a duplicate of the first's, and its topic would never get one. It
+// is refused when built; a source of its own per endpoint works, and so does a second handler
+// of the same source and topic (two paths to one endpoint).
+func TestNewHandlerRefusesSameSourceOtherTopic(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	name := pgtest.Schema(t)
+	require.NoError(t, migrate.Up(context.Background(), pool, name))
+	out, err := outbox.New(pool, &outbox.Config{Schema: name})
+	require.NoError(t, err)
+	build := func(source, topic string) (*webhook.Handler, error) {
+		return webhook.NewHandler(pool, out, webhook.HandlerConfig{
+			Source: source, Topic: topic, Verifier: webhook.Stripe{Secrets: []string{stripeSecret}},
+			Now: func() time.Time { return now }, Logger: quiet,
+		})
+	}
+	billing, err := build("stripe", "billing.stripe")
+	require.NoError(t, err)
+
+	_, err = build("stripe", "shipping.stripe")
+	require.ErrorContains(t, err, `Source "stripe" already has a handler putting its deliveries under topic "billing.stripe"`)
+	require.ErrorContains(t, err, "give each endpoint a Source of its own")
+	_, err = build("stripe", "") // the default topic, webhook.stripe, is another topic too
+	require.ErrorContains(t, err, `topic "webhook.stripe" would never get it`)
+
+	again, err := build("stripe", "billing.stripe")
+	require.NoError(t, err, "a second handler of the same endpoint was refused")
+	shipping, err := build("stripe-shipping", "shipping.stripe")
+	require.NoError(t, err)
+
+	// Another schema is another store of deliveries: the same source may go elsewhere there.
+	other := pgtest.Schema(t)
+	require.NoError(t, migrate.Up(context.Background(), pool, other))
+	otherOut, err := outbox.New(pool, &outbox.Config{Schema: other})
+	require.NoError(t, err)
+	_, err = webhook.NewHandler(pool, otherOut, webhook.HandlerConfig{Source: "stripe", Topic: "shipping.stripe", Verifier: webhook.Stripe{Secrets: []string{stripeSecret}}})
+	require.NoError(t, err)
+
+	// The same event, sent to both endpoints, reaches both topics once each.
+	body := event("evt_1", 1000)
+	signed := stripeHeader(webhook.SignStripe(stripeSecret, now, body))
+	for _, h := range []*webhook.Handler{billing, again, shipping} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		maps.Copy(r.Header, signed)
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	}
+	k := hook{schema: name}
+	var topics []string
+	for _, m := range k.messages(t) {
+		topics = append(topics, m.Topic)
+	}
+	require.Equal(t, []string{"billing.stripe", "shipping.stripe"}, topics)
 }
 
 func TestHandlerSameDeliveryOtherBody(t *testing.T) {

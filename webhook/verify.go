@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"cmp"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -23,7 +24,8 @@ import (
 // Every error it returns for a delivery is a *VerifyError whose Reason is ErrNoSignature,
 // ErrMalformed, ErrStale or ErrSignature. Stripe and StandardWebhooks check the signature before
 // the timestamp's freshness, so ErrStale is only ever reported for a correctly signed delivery:
-// it means a replay, a long-delayed delivery or a wrong clock, never a forgery.
+// it means a replay, a long-delayed delivery or a wrong clock, never a forgery. GitHub signs no
+// timestamp, and never reports ErrStale.
 type Verifier interface {
 	Verify(header http.Header, body []byte, now time.Time) (Delivery, error)
 }
@@ -35,7 +37,8 @@ type Delivery struct {
 	ID string
 	// Type is the event type, "" when the scheme does not carry one.
 	Type string
-	// Timestamp is the signed timestamp, in UTC, to the second.
+	// Timestamp is the signed timestamp, in UTC, to the second; zero for a scheme that signs
+	// none (GitHub).
 	Timestamp time.Time
 }
 
@@ -48,8 +51,8 @@ const ToleranceDefault = 5 * time.Minute
 const (
 	// maxHeaderBytes bounds each signature header's value; a larger one is ErrMalformed.
 	maxHeaderBytes = 4 << 10
-	// maxSignatures bounds the v1 signatures one header may carry; more is ErrMalformed. A
-	// provider sends one, or two while a secret is rotated.
+	// maxSignatures bounds the signatures of each version (v1, v1a) one header may carry; more
+	// is ErrMalformed. A provider sends one, or two while a secret is rotated.
 	maxSignatures = 8
 	// maxUnix is 9999-12-31T23:59:59Z: a later timestamp is not a clock, it is garbage.
 	maxUnix = 253402300799
@@ -74,6 +77,7 @@ var (
 const (
 	schemeStripe           = "Stripe"
 	schemeStandardWebhooks = "Standard Webhooks"
+	schemeGitHub           = "GitHub"
 )
 
 // Header names. http.Header's methods canonicalise them ("webhook-id" is "Webhook-Id").
@@ -82,12 +86,15 @@ const (
 	headerWebhookID       = "Webhook-Id"
 	headerWebhookTime     = "Webhook-Timestamp"
 	headerWebhookSig      = "Webhook-Signature"
+	headerGitHubSignature = "X-Hub-Signature-256"
+	headerGitHubDelivery  = "X-Github-Delivery"
+	headerGitHubEvent     = "X-Github-Event"
 )
 
 // VerifyError is why a delivery was refused. Its message is safe to log and to send back to the
 // sender: it never holds a secret or the signature that was expected.
 type VerifyError struct {
-	// Scheme is "Stripe" or "Standard Webhooks".
+	// Scheme is "Stripe", "Standard Webhooks" or "GitHub".
 	Scheme string
 	// Reason is ErrNoSignature, ErrMalformed, ErrStale or ErrSignature.
 	Reason error
@@ -218,22 +225,31 @@ func parseStripeSignature(value string) (ts int64, sigs [][]byte, err error) {
 // StandardWebhooks verifies the Standard Webhooks scheme (https://www.standardwebhooks.com/),
 // used by Svix and the providers built on it: the headers webhook-id, webhook-timestamp (unix
 // seconds) and webhook-signature, a space-separated list of "v1,<base64>", each an HMAC-SHA256
-// of "<id>.<timestamp>.<body>" keyed with a secret's decoded bytes. Any v1 that matches any
-// secret passes; other versions (v1a, asymmetric) are ignored.
+// of "<id>.<timestamp>.<body>" keyed with a secret's decoded bytes, and of "v1a,<base64>", each
+// an ed25519 signature of the same content. Any v1 that matches any secret passes, and so does
+// any v1a that verifies under any public key; v1a entries are ignored when PublicKeys is empty,
+// and other versions always.
 //
 // Verify checks, in this order: the headers are there and well-formed (ErrNoSignature when
-// webhook-signature is missing, ErrMalformed for the rest); a signature matches (ErrSignature);
+// webhook-signature is missing, ErrMalformed for the rest, including a webhook-id with a '.',
+// which the specification forbids: "<id>.<timestamp>.<body>" signed for one split of those bytes
+// would stand for another); a signature matches (ErrSignature);
 // the timestamp is within Tolerance of now, in either direction (ErrStale). The Delivery's ID is
 // webhook-id; its Type is the body's "type" when the body is a JSON object with a string there,
 // and "" otherwise: the scheme signs any body, JSON or not.
 //
-// The zero value verifies nothing: set Secrets. Verify returns Validate's error, which is not a
-// *VerifyError, when the configuration is invalid.
+// The zero value verifies nothing: set Secrets, PublicKeys or both. Verify returns Validate's
+// error, which is not a *VerifyError, when the configuration is invalid.
 type StandardWebhooks struct {
 	// Secrets are the endpoint's signing secrets, "whsec_<base64>" (the prefix is optional),
 	// several while rotating. The specification asks providers for 24 to 64 random bytes; a
-	// shorter key is accepted, as the reference libraries accept it. Required.
+	// shorter key is accepted, as the reference libraries accept it. Required unless
+	// PublicKeys is set.
 	Secrets []string
+	// PublicKeys are the provider's ed25519 public keys, "whpk_<base64 of the 32 key bytes>"
+	// (the prefix is optional), several while rotating: they verify v1a signatures. Never the
+	// provider's secret key (whsk_), which a receiver must not hold.
+	PublicKeys []string
 	// Tolerance is how far the signed timestamp may be from now, into the past or the future; 0
 	// means ToleranceDefault.
 	Tolerance time.Duration
@@ -241,14 +257,26 @@ type StandardWebhooks struct {
 
 var _ Verifier = StandardWebhooks{}
 
-// Validate reports every bad field at once: no secret, an empty secret or one that is not
-// base64 after its "whsec_" prefix, a negative Tolerance. A handler calls it once, at
+// Validate reports every bad field at once: neither a secret nor a public key, an empty secret
+// or one that is not base64 after its "whsec_" prefix, a public key that is not 32 bytes of
+// base64 after its "whpk_" prefix, a negative Tolerance. A handler calls it once, at
 // construction.
 func (s StandardWebhooks) Validate() error {
-	return validateConfig("webhook.StandardWebhooks", s.Secrets, s.Tolerance, func(secret string) error {
+	const name = "webhook.StandardWebhooks"
+	var errs []error
+	if len(s.Secrets) == 0 && len(s.PublicKeys) == 0 {
+		errs = append(errs, fmt.Errorf("%s: Secrets and PublicKeys are empty; give the endpoint's signing secret (whsec_…) or the provider's public key (whpk_…)", name))
+	}
+	errs = append(errs, validateSecrets(name+": Secrets", s.Secrets, func(secret string) error {
 		_, err := decodeSecret(secret)
 		return err
-	})
+	})...)
+	errs = append(errs, validateSecrets(name+": PublicKeys", s.PublicKeys, func(key string) error {
+		_, err := decodePublicKey(key)
+		return err
+	})...)
+	errs = append(errs, validateTolerance(name, s.Tolerance)...)
+	return errors.Join(errs...)
 }
 
 // Verify implements Verifier; see StandardWebhooks for what it checks.
@@ -267,6 +295,9 @@ func (s StandardWebhooks) Verify(header http.Header, body []byte, now time.Time)
 	if err := checkID(schemeStandardWebhooks, id); err != nil {
 		return Delivery{}, err
 	}
+	if strings.Contains(id, ".") {
+		return Delivery{}, reject(schemeStandardWebhooks, ErrMalformed, "webhook-id contains '.', which the specification forbids: the signed content \"<id>.<timestamp>.<body>\" would not tell where the ID ends")
+	}
 	tsValue, err := singleHeader(schemeStandardWebhooks, header, headerWebhookTime, ErrMalformed)
 	if err != nil {
 		return Delivery{}, err
@@ -275,7 +306,7 @@ func (s StandardWebhooks) Verify(header http.Header, body []byte, now time.Time)
 	if err != nil {
 		return Delivery{}, reject(schemeStandardWebhooks, ErrMalformed, "webhook-timestamp %v", err)
 	}
-	sigs, err := parseStandardSignatures(sigValue)
+	sigs, asigs, err := parseStandardSignatures(sigValue, len(s.PublicKeys) > 0)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -283,8 +314,8 @@ func (s StandardWebhooks) Verify(header http.Header, body []byte, now time.Time)
 		key, _ := decodeSecret(secret) // Validate has decoded it
 		return mac(key, []byte(id), []byte("."), []byte(tsValue), []byte("."), body)
 	}
-	if !anyMatch(s.Secrets, signed, sigs) {
-		return Delivery{}, reject(schemeStandardWebhooks, ErrSignature, "no v1 signature matches the configured secrets; check that Secrets holds this endpoint's signing secret (whsec_…) and that Verify gets the body exactly as received, not decoded and re-encoded")
+	if !anyMatch(s.Secrets, signed, sigs) && !anyVerifies(s.PublicKeys, standardContent(id, tsValue, body), asigs) {
+		return Delivery{}, reject(schemeStandardWebhooks, ErrSignature, "no v1 signature matches the configured secrets, and no v1a signature the configured public keys; check that Secrets holds this endpoint's signing secret (whsec_…), or PublicKeys the provider's public key (whpk_…), and that Verify gets the body exactly as received, not decoded and re-encoded")
 	}
 	if err := fresh(schemeStandardWebhooks, ts, now, cmp.Or(s.Tolerance, ToleranceDefault)); err != nil {
 		return Delivery{}, err
@@ -298,37 +329,82 @@ func (s StandardWebhooks) Verify(header http.Header, body []byte, now time.Time)
 	return Delivery{ID: id, Type: typ, Timestamp: time.Unix(ts, 0).UTC()}, nil
 }
 
-// parseStandardSignatures reads "v1,<base64> v1,<base64> v1a,<base64>". Versions other than v1
-// are ignored; an entry without a ',' or a v1 that is not a base64 SHA-256 is ErrMalformed.
-func parseStandardSignatures(value string) ([][]byte, error) {
-	var sigs [][]byte
+// parseStandardSignatures reads "v1,<base64> v1,<base64> v1a,<base64>": the v1 signatures, and
+// the v1a ones when withV1a. Other versions are ignored; an entry without a ',', a v1 that is not
+// a base64 SHA-256, or (withV1a) a v1a that is not a base64 ed25519 signature is ErrMalformed.
+func parseStandardSignatures(value string, withV1a bool) (sigs, asigs [][]byte, err error) {
 	for i, entry := range strings.Fields(value) {
 		version, val, ok := strings.Cut(entry, ",")
 		if !ok {
-			return nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature entry %d is not <version>,<signature>; want v1,<base64>", i+1)
+			return nil, nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature entry %d is not <version>,<signature>; want v1,<base64>", i+1)
 		}
-		if version != "v1" {
+		var list *[][]byte
+		var size int
+		var what string
+		switch {
+		case version == "v1":
+			list, size, what = &sigs, sha256.Size, "HMAC-SHA256"
+		case version == "v1a" && withV1a:
+			list, size, what = &asigs, ed25519.SignatureSize, "ed25519 signature"
+		default:
 			continue
 		}
-		if len(sigs) == maxSignatures {
-			return nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature has more than %d v1 signatures", maxSignatures)
+		if len(*list) == maxSignatures {
+			return nil, nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature has more than %d %s signatures", maxSignatures, version)
 		}
 		sig, err := base64.StdEncoding.DecodeString(val)
-		if err != nil || len(sig) != sha256.Size {
-			return nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature v1 signature %d is not a base64 HMAC-SHA256", len(sigs)+1)
+		if err != nil || len(sig) != size {
+			return nil, nil, reject(schemeStandardWebhooks, ErrMalformed, "webhook-signature %s signature %d is not a base64 %s", version, len(*list)+1, what)
 		}
-		sigs = append(sigs, sig)
+		*list = append(*list, sig)
 	}
-	if len(sigs) == 0 {
-		return nil, reject(schemeStandardWebhooks, ErrSignature, "webhook-signature has no v1 signature; only v1 (HMAC-SHA256) is accepted, not v1a")
+	if len(sigs) == 0 && len(asigs) == 0 {
+		if withV1a {
+			return nil, nil, reject(schemeStandardWebhooks, ErrSignature, "webhook-signature has no v1 or v1a signature")
+		}
+		return nil, nil, reject(schemeStandardWebhooks, ErrSignature, "webhook-signature has no v1 signature; v1a (ed25519) signatures are verified only when PublicKeys is set")
 	}
-	return sigs, nil
+	return sigs, asigs, nil
+}
+
+// standardContent is what a Standard Webhooks signature signs: "<id>.<timestamp>.<body>".
+func standardContent(id, ts string, body []byte) []byte {
+	return append([]byte(id+"."+ts+"."), body...)
+}
+
+// anyVerifies reports whether any of sigs is an ed25519 signature of content under any of keys
+// (whpk_ public keys that Validate has decoded).
+func anyVerifies(keys []string, content []byte, sigs [][]byte) bool {
+	for _, k := range keys {
+		key, _ := decodePublicKey(k)
+		for _, sig := range sigs {
+			if ed25519.Verify(key, content, sig) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decodePublicKey returns the ed25519 public key of "whpk_<base64>".
+func decodePublicKey(key string) (ed25519.PublicKey, error) {
+	if strings.HasPrefix(key, "whsk_") || strings.HasPrefix(key, "whsec_") {
+		return nil, errors.New("is a secret key; give the provider's public key (whpk_…): a receiver must not hold the key that signs")
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(key, "whpk_"))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("is not base64 after its whpk_ prefix (%v); copy the key exactly as the provider shows it", err)
+	case len(raw) != ed25519.PublicKeySize:
+		return nil, fmt.Errorf("holds %d key bytes after its whpk_ prefix; an ed25519 public key has %d", len(raw), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(raw), nil
 }
 
 // decodeSecret returns the key bytes of a Standard Webhooks secret, "whsec_<base64>".
 func decodeSecret(secret string) ([]byte, error) {
 	if strings.HasPrefix(secret, "whsk_") || strings.HasPrefix(secret, "whpk_") {
-		return nil, errors.New("is an asymmetric (ed25519) key; only symmetric whsec_ secrets are supported")
+		return nil, errors.New("is an asymmetric (ed25519) key; put the provider's public key (whpk_…) in PublicKeys")
 	}
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	switch {
@@ -340,13 +416,22 @@ func decodeSecret(secret string) ([]byte, error) {
 	return key, nil
 }
 
-// validateConfig checks what both schemes share, and each secret with check; name prefixes every
-// message.
+// validateConfig checks what the HMAC schemes share: secrets (one at least, each with check),
+// and tolerance; name prefixes every message.
 func validateConfig(name string, secrets []string, tolerance time.Duration, check func(string) error) error {
 	var errs []error
 	if len(secrets) == 0 {
 		errs = append(errs, fmt.Errorf("%s: Secrets is empty; give the endpoint's signing secret (whsec_…)", name))
 	}
+	errs = append(errs, validateSecrets(name+": Secrets", secrets, check)...)
+	errs = append(errs, validateTolerance(name, tolerance)...)
+	return errors.Join(errs...)
+}
+
+// validateSecrets checks each of secrets (or keys): not empty, no white space around it, and
+// check; field ("webhook.Stripe: Secrets") prefixes every message.
+func validateSecrets(field string, secrets []string, check func(string) error) []error {
+	var errs []error
 	for i, secret := range secrets {
 		var err error
 		switch {
@@ -358,13 +443,18 @@ func validateConfig(name string, secrets []string, tolerance time.Duration, chec
 			err = check(secret)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: Secrets[%d] %w", name, i, err))
+			errs = append(errs, fmt.Errorf("%s[%d] %w", field, i, err))
 		}
 	}
+	return errs
+}
+
+// validateTolerance refuses a negative tolerance.
+func validateTolerance(name string, tolerance time.Duration) []error {
 	if tolerance < 0 {
-		errs = append(errs, fmt.Errorf("%s: Tolerance %v cannot be less than zero (zero means ToleranceDefault, %v)", name, tolerance, ToleranceDefault))
+		return []error{fmt.Errorf("%s: Tolerance %v cannot be less than zero (zero means ToleranceDefault, %v)", name, tolerance, ToleranceDefault)}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // singleHeader returns the one value of header name: missing is reason, more than one value or

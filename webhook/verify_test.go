@@ -339,7 +339,7 @@ func TestValidate(t *testing.T) {
 		{name: "StripeNegativeTolerance", v: webhook.Stripe{Secrets: []string{stripeSecret}, Tolerance: -time.Second}, wantErr: "webhook.Stripe: Tolerance -1s cannot be less than zero"},
 		{name: "StandardValid", v: webhook.StandardWebhooks{Secrets: []string{swSecret}}},
 		{name: "StandardWithoutPrefix", v: webhook.StandardWebhooks{Secrets: []string{strings.TrimPrefix(swSecret, "whsec_")}}},
-		{name: "StandardZero", v: webhook.StandardWebhooks{}, wantErr: "webhook.StandardWebhooks: Secrets is empty"},
+		{name: "StandardZero", v: webhook.StandardWebhooks{}, wantErr: "webhook.StandardWebhooks: Secrets and PublicKeys are empty"},
 		{name: "StandardEmptySecret", v: webhook.StandardWebhooks{Secrets: []string{""}}, wantErr: "webhook.StandardWebhooks: Secrets[0] is empty"},
 		{name: "StandardPrefixOnly", v: webhook.StandardWebhooks{Secrets: []string{"whsec_"}}, wantErr: "webhook.StandardWebhooks: Secrets[0] holds no key bytes"},
 		{name: "StandardNotBase64", v: webhook.StandardWebhooks{Secrets: []string{swSecret, "whsec_not*base64"}}, wantErr: "webhook.StandardWebhooks: Secrets[1] is not base64"},
