@@ -53,7 +53,14 @@ func TestDispatcherKilledBetweenPublishAndMark(t *testing.T) {
 	p, err := proc.Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(p.Kill)
-	err = cmd.Wait()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		p.Kill()
+		t.Fatalf("the child neither reached the failpoint nor ended within a minute:\n%s", output.String())
+	}
 	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "the child was to be killed at the failpoint; it ended with %v:\n%s", err, output.String())
 	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal(), "output:\n%s", output.String())

@@ -38,8 +38,10 @@
 // recording it, or whose ack was lost, publishes the message again. The stream drops the second
 // publish only within its Duplicates window, counted from when it stored the first; the
 // publisher reports the duplicate's ack as delivered. Past the window, the stream stores it again.
-// The window covers one retry: a retry that fails again adds up to BackoffMax each time, and a
-// dead message requeued by an operator may come back at any time, so either can be stored twice.
+// The window covers one retry: a retry that fails again adds up to BackoffMax each time, a dead
+// message requeued by an operator may come back at any time, and a dispatcher process frozen
+// (not dead) in a publish for longer than the window may store it after another's, so any of
+// these can be stored twice.
 // The server keeps the IDs of the window in memory and, after a restart, recovers them from the
 // messages still stored: the ID of a message already removed (a work-queue stream's consumer
 // acked it, a purge, a limit) is forgotten then. Consumers that must see a message once

@@ -91,6 +91,8 @@ type Config struct {
 //
 // The message's headers go out as NATS headers; Nats-Msg-Id, Nats-Expected-Stream and the
 // Tempotent- headers above are set by the publisher over any of the same name.
+//
+// A Publisher is safe for concurrent use: the dispatcher publishes Concurrency messages at once.
 type Publisher struct {
 	js     JetStream
 	stream string
