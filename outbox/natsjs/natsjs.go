@@ -115,10 +115,10 @@ func New(ctx context.Context, js JetStream, stream string, cfg *Config) (*Publis
 	if cfg != nil {
 		c = *cfg
 	}
-	c.MinDuplicateWindow = cmpOr(c.MinDuplicateWindow, MinDuplicateWindowDefault)
 	if c.MinDuplicateWindow < 0 {
 		return nil, fmt.Errorf("natsjs.New: MinDuplicateWindow is %s; give a positive duration, or 0 for the default", c.MinDuplicateWindow)
 	}
+	c.MinDuplicateWindow = cmpOr(c.MinDuplicateWindow, MinDuplicateWindowDefault)
 	p := &Publisher{js: js, stream: stream, cfg: c}
 	if !c.SkipStreamCheck {
 		if err := p.Check(ctx); err != nil {
@@ -233,16 +233,11 @@ func (p *Publisher) classify(ctx context.Context, subject string, d outbox.Deliv
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		// Nothing answered on the subject: no stream takes it, or the stream's leader is being
-		// elected. Only the first is permanent, so ask the server which.
-		name, lookupErr := p.js.StreamNameBySubject(ctx, subject)
-		switch {
-		case errors.Is(lookupErr, jetstream.ErrStreamNotFound):
+		// elected. Only the first is permanent, so ask the server which; a stream that takes it
+		// now, or no answer, is retried.
+		if _, lookupErr := p.js.StreamNameBySubject(ctx, subject); errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
 			return outbox.Permanent(&StreamError{Stream: p.stream, Subject: subject, Window: p.cfg.MinDuplicateWindow, Err: err})
-		case lookupErr == nil && name != p.stream:
-			return outbox.Permanent(&StreamError{Stream: p.stream, Subject: subject, Other: name, Window: p.cfg.MinDuplicateWindow, Err: err})
 		}
-	case isAPIError(err, jetstream.JSErrCodeStreamNotFound):
-		return outbox.Permanent(&StreamError{Stream: p.stream, Subject: subject, Window: p.cfg.MinDuplicateWindow, Err: err})
 	case isAPIError(err, errCodeStreamNotMatch):
 		other, _ := p.js.StreamNameBySubject(ctx, subject)
 		return outbox.Permanent(&StreamError{Stream: p.stream, Subject: subject, Other: other, Window: p.cfg.MinDuplicateWindow, Err: err})

@@ -159,6 +159,7 @@ func TestRefusals(t *testing.T) {
 			var se *natsjs.SubjectError
 			require.ErrorAs(t, err, &se, "%q", subject)
 			require.Equal(t, subject, se.Subject)
+			require.ErrorContains(t, err, fmt.Sprintf("subject %q (of topic %q) is not a NATS subject to publish on: ", subject, subject))
 		}
 		mapped, err := natsjs.New(ctx, js, "ORDERS", &natsjs.Config{Subject: func(d outbox.Delivery) (string, error) {
 			if d.Topic == "unknown" {
@@ -173,7 +174,8 @@ func TestRefusals(t *testing.T) {
 		var se *natsjs.SubjectError
 		require.ErrorAs(t, err, &se)
 		require.True(t, outbox.IsPermanent(err))
-		require.ErrorContains(t, err, "no route")
+		require.ErrorContains(t, err, `no subject for topic "unknown": Config.Subject failed: no route`)
+		require.EqualError(t, errors.Unwrap(se), "no route")
 	})
 	t.Run("HeaderNATSWouldAlter", func(t *testing.T) {
 		t.Parallel()
@@ -188,6 +190,8 @@ func TestRefusals(t *testing.T) {
 			require.True(t, outbox.IsPermanent(err), "%+v: %v", d, err)
 			var he *natsjs.HeaderError
 			require.ErrorAs(t, err, &he, "%+v", d)
+			require.ErrorContains(t, err, "give IDs and headers without line breaks or surrounding whitespace")
+			require.NoError(t, errors.Unwrap(he))
 		}
 	})
 }
@@ -232,4 +236,43 @@ func TestRetryHorizon(t *testing.T) {
 	require.Equal(t, 5*time.Minute+31*time.Second, natsjs.RetryHorizon(&outbox.DispatcherConfig{}))
 	require.Equal(t, 10*time.Second+time.Minute+2*time.Second,
 		natsjs.RetryHorizon(&outbox.DispatcherConfig{Lease: 10 * time.Second, BackoffMax: time.Minute, Poll: 2 * time.Second}))
+}
+
+// A message above the stream's size limit, and a header name NATS does not take, are permanent:
+// the same message is refused every time.
+func TestOversizeAndBadHeaderNameArePermanent(t *testing.T) {
+	t.Parallel()
+	js := connect(t, startServer(t))
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small.>"}, Duplicates: window, MaxMsgSize: 1024})
+	require.NoError(t, err)
+	pub, err := natsjs.New(context.Background(), js, "SMALL", nil)
+	require.NoError(t, err)
+	require.Equal(t, "SMALL", pub.Stream())
+
+	big := delivery("small.big")
+	big.Payload = make([]byte, 4096)
+	err = pub.Publish(context.Background(), big)
+	require.True(t, outbox.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "raise the stream's max_msg_size")
+
+	named := delivery("small.named")
+	named.Headers = map[string]string{"Größe": "1"}
+	err = pub.Publish(context.Background(), named)
+	require.True(t, outbox.IsPermanent(err), "%v", err)
+	var he *natsjs.HeaderError
+	require.ErrorAs(t, err, &he)
+	require.ErrorContains(t, err, "NATS refused the headers")
+	require.Empty(t, contents(t, js, "SMALL"))
+}
+
+// New's error for stream info it cannot read says what to do.
+func TestCheckThatCannotReadTheStreamSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	js, _ := ordersPublisher(t)
+	js.Conn().Close()
+	_, err := natsjs.New(context.Background(), js, "ORDERS", nil)
+	require.ErrorContains(t, err, "read the info of stream ORDERS")
+	require.ErrorContains(t, err, "set Config.SkipStreamCheck")
+	var se *natsjs.StreamError
+	require.False(t, errors.As(err, &se), "an unreadable stream is not a missing one")
 }
