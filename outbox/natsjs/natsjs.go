@@ -20,9 +20,10 @@ import (
 const HeaderOrderingKey = "Tempotent-Ordering-Key"
 
 // MinDuplicateWindowDefault is the shortest Duplicates window New accepts by default: the
-// dispatcher's default Lease, BackoffMax and Poll added up (see RetryHorizon). It is longer than
-// JetStream's own default window (two minutes): a stream created with the defaults is refused.
-const MinDuplicateWindowDefault = outbox.LeaseDefault + outbox.BackoffMaxDefault + outbox.PollDefault
+// dispatcher's default Lease, BackoffMax and Poll added up, RetryHorizon(nil) (a literal, so that
+// go doc shows it). It is longer than JetStream's own default window (two minutes): a stream
+// created with the defaults is refused.
+const MinDuplicateWindowDefault = 5*time.Minute + 31*time.Second
 
 // RetryHorizon is how long after a message reached the stream a dispatcher configured by cfg
 // (nil: the defaults) may publish it again, in the common cases: a dispatcher that dies or loses
