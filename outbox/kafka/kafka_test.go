@@ -103,17 +103,20 @@ func TestNewPublisherRefuses(t *testing.T) {
 		_, err := kafka.NewPublisher(nil, nil)
 		require.ErrorContains(t, err, "client is nil")
 	})
-	for _, bad := range []string{"", ".", "..", "orders/eu", "ünïcode", strings.Repeat("x", 250)} {
+	// Each character just outside a legal range: ` { @ [ / :
+	for _, bad := range []string{"", ".", "..", "orders/eu", "ünïcode", strings.Repeat("x", 250), "`", "{", "@", "[", "/", ":"} {
 		t.Run("Topic"+strconv.Quote(bad), func(t *testing.T) {
 			_, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"order.reserved": "orders", "order.paid": bad}})
 			var te *kafka.TopicError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, "order.paid", te.OutboxTopic)
 			require.Equal(t, bad, te.KafkaTopic)
+			require.ErrorContains(t, err, `outbox topic "order.paid" maps to Kafka topic`)
+			require.ErrorContains(t, err, "Config.Topics")
 		})
 	}
 	t.Run("LegalTopics", func(t *testing.T) {
-		_, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"a": "Orders.EU_2-x", "b": strings.Repeat("x", 249)}})
+		_, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"a": "az.AZ_09-", "b": strings.Repeat("x", 249)}})
 		require.NoError(t, err)
 	})
 }
@@ -168,18 +171,36 @@ func TestPublishErrors(t *testing.T) {
 		require.NoError(t, err)
 		return publish(t, pub, delivery("orders", nil))
 	}
-	t.Run("NotAuthorized", func(t *testing.T) {
-		err := answering(t, kerr.TopicAuthorizationFailed)
-		require.True(t, outbox.IsPermanent(err), "%v", err)
-		require.ErrorIs(t, err, kerr.TopicAuthorizationFailed)
-		require.ErrorContains(t, err, "grant")
-	})
+	for _, tc := range []struct {
+		name string
+		code *kerr.Error
+		fix  string
+	}{
+		{"TopicNotAuthorized", kerr.TopicAuthorizationFailed, "grant"},
+		{"ClusterNotAuthorized", kerr.ClusterAuthorizationFailed, "IDEMPOTENT_WRITE"},
+		{"InvalidTopic", kerr.InvalidTopicException, "legal Kafka topic"},
+		{"BatchTooLarge", kerr.RecordListTooLarge, "max.message.bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := answering(t, tc.code)
+			require.True(t, outbox.IsPermanent(err), "%v", err)
+			require.ErrorIs(t, err, tc.code)
+			require.ErrorContains(t, err, tc.fix)
+		})
+	}
 	t.Run("Retryable", func(t *testing.T) {
 		err := answering(t, kerr.NotEnoughReplicas)
 		require.ErrorIs(t, err, context.DeadlineExceeded, "franz-go retries it until the context ends")
 		require.False(t, outbox.IsPermanent(err), "%v", err)
 		require.ErrorContains(t, err, "produce message m-1 to topic orders")
 	})
+}
+
+// TestMessageID requires the ID from the header, and "" from a record without one.
+func TestMessageID(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "m-1", kafka.MessageID(&kgo.Record{Headers: []kgo.RecordHeader{{Key: "x", Value: []byte("y")}, {Key: kafka.HeaderMessageID, Value: []byte("m-1")}}}))
+	require.Empty(t, kafka.MessageID(&kgo.Record{Headers: []kgo.RecordHeader{{Key: "x", Value: []byte("y")}}}))
 }
 
 // produceError answers a produce request with code for every partition.
