@@ -22,9 +22,13 @@
 //   - no transactional ID and no manual flushing: each record is produced on its own and waited
 //     for.
 //
-// Keep the client's kgo.RecordDeliveryTimeout (unbounded by default) below the dispatcher's
-// PublishTimeout, so that a record the broker cannot take fails Publish rather than outliving
-// it: franz-go does not abandon a record in flight when Publish's context ends. Records of one
+// Publish's context (the dispatcher's PublishTimeout) bounds it loosely: franz-go looks at a
+// record's context only between produce requests and never abandons a request in flight, which
+// would break the idempotent producer's sequence, so a publish can end after its timeout by up to
+// the client's kgo.ProduceRequestTimeout and retry backoff. If it ends after the claim's lease,
+// the dispatcher's mark is refused and the message is produced again: one more duplicate for
+// consumers to absorb. Keep those client timeouts short next to the tenth of the lease that the
+// dispatcher keeps for marking, or give the dispatcher a longer Lease. Records of one
 // ordering key go to one partition with franz-go's default partitioner (and Kafka's, which
 // hashes keys alike); a kgo.RecordPartitioner that ignores keys spreads a key over partitions and
 // loses its order. A message without an ordering key has a nil key.
