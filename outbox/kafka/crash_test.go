@@ -87,7 +87,7 @@ func TestDispatcherKilledBetweenProduceAndMark(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT state FROM "+out.Schema()+".outbox WHERE id = $1", stopAt).Scan(&state))
 	require.Equal(t, "pending", state, "the killed dispatcher produced %s but did not mark it", stopAt)
 
-	pub, err := kafka.NewPublisher(newClient(t, c), nil)
+	pub, err := kafka.New(newClient(t, c), nil)
 	require.NoError(t, err)
 	d, err := outbox.NewDispatcher(out, pub, &outbox.DispatcherConfig{Maintenance: -1})
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func crashChild(t *testing.T) {
 	require.NoError(t, err)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(os.Getenv(envBrokers), ",")...))
 	require.NoError(t, err)
-	pub, err := kafka.NewPublisher(cl, nil)
+	pub, err := kafka.New(cl, nil)
 	require.NoError(t, err)
 	stopAt := os.Getenv(envStopAt)
 	d, err := outbox.NewDispatcher(out, outbox.PublisherFunc(func(ctx context.Context, d outbox.Delivery) error {

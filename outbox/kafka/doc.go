@@ -4,13 +4,13 @@
 // that the toolkit's go.mod does not carry franz-go.
 //
 //	cl, _ := kgo.NewClient(kgo.SeedBrokers("kafka:9092")) // franz-go's defaults are what it needs
-//	pub, err := kafka.NewPublisher(cl, &kafka.Config{Topics: map[string]string{"order.reserved": "orders"}})
+//	pub, err := kafka.New(cl, &kafka.Config{Topics: map[string]string{"order.reserved": "orders"}})
 //	d, _ := outbox.NewDispatcher(out, pub, nil)
 //	go d.Run(ctx)
 //
 // # Producer settings
 //
-// NewPublisher checks the client and refuses (*SettingError) one that does not have:
+// New checks the client and refuses (*SettingError) one that does not have:
 //
 //   - acks from all in-sync replicas (kgo.RequiredAcks(kgo.AllISRAcks()), the default): Publish
 //     returns, and the dispatcher marks the message delivered, only once every in-sync replica

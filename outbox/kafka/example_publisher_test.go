@@ -35,13 +35,13 @@ func ExamplePublisher() {
 	defer cluster.Close()
 
 	// The producer: franz-go's defaults (acks from all in-sync replicas, idempotent writes)
-	// are what NewPublisher requires.
+	// are what New requires.
 	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
 	if err != nil {
 		panic(err)
 	}
 	defer producer.Close()
-	pub, err := kafka.NewPublisher(producer, &kafka.Config{Topics: map[string]string{"order.placed": "orders"}})
+	pub, err := kafka.New(producer, &kafka.Config{Topics: map[string]string{"order.placed": "orders"}})
 	if err != nil {
 		panic(err)
 	}

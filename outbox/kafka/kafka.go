@@ -24,7 +24,7 @@ const (
 // Config configures a Publisher. The zero Config (or nil) is valid.
 type Config struct {
 	// Topics maps an outbox topic to the Kafka topic its messages are produced to. An outbox
-	// topic that is not in the map goes to the Kafka topic of the same name. NewPublisher
+	// topic that is not in the map goes to the Kafka topic of the same name. New
 	// refuses a map whose values are not legal Kafka topic names (*TopicError); an unmapped
 	// outbox topic that is not a legal Kafka name is a permanent failure of its messages.
 	Topics map[string]string
@@ -35,7 +35,7 @@ type Config struct {
 // headers the message's headers followed by HeaderMessageID, HeaderTopic and HeaderAttempt.
 //
 // Publish produces synchronously and returns nil only once the broker has acknowledged the
-// record from all in-sync replicas (NewPublisher refuses a client that asks for less). Records
+// record from all in-sync replicas (New refuses a client that asks for less). Records
 // with one ordering key go to one partition (franz-go's default partitioner hashes the key as
 // Kafka's Java client does), and they arrive in put order: the dispatcher claims a key's next
 // message only once the one before it is delivered.
@@ -51,7 +51,7 @@ type Publisher struct {
 
 var _ outbox.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher that produces through client, which it does not close.
+// New returns a Publisher that produces through client, which it does not close.
 //
 // It refuses, with a *SettingError that names the option to change, a client whose settings
 // would let a retry duplicate or reorder records, or make Publish return before the broker
@@ -62,9 +62,9 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // (kgo.TransactionalID: records would need a transaction around them), or manual flushing
 // (kgo.ManualFlushing: a synchronous produce would wait for a flush nobody calls). It refuses
 // a Config.Topics value that is not a legal Kafka topic name with a *TopicError.
-func NewPublisher(client *kgo.Client, cfg *Config) (*Publisher, error) {
+func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	if client == nil {
-		return nil, errors.New("kafka.NewPublisher: client is nil; pass a *kgo.Client made by kgo.NewClient")
+		return nil, errors.New("kafka.New: client is nil; pass a *kgo.Client made by kgo.NewClient")
 	}
 	if err := checkClient(client); err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func NewPublisher(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	return &Publisher{client: client, topics: topics}, nil
 }
 
-// SettingError is NewPublisher's refusal of a client whose producer settings break the
+// SettingError is New's refusal of a client whose producer settings break the
 // publisher's contract. Option names the kgo option, Found what the client has, and Fix what to
 // set instead.
 type SettingError struct {
@@ -92,7 +92,7 @@ type SettingError struct {
 }
 
 func (e *SettingError) Error() string {
-	return fmt.Sprintf("kafka.NewPublisher: the client's %s is %s; %s", e.Option, e.Found, e.Fix)
+	return fmt.Sprintf("kafka.New: the client's %s is %s; %s", e.Option, e.Found, e.Fix)
 }
 
 // checkClient refuses a client whose settings break the publisher's contract.
@@ -131,7 +131,7 @@ func acksName(a kgo.Acks) string {
 }
 
 // TopicError: an outbox topic maps to something that is not a legal Kafka topic name. From
-// NewPublisher for a Config.Topics value; from Publish, wrapped by outbox.Permanent, for an
+// New for a Config.Topics value; from Publish, wrapped by outbox.Permanent, for an
 // unmapped outbox topic that is not a legal name itself.
 type TopicError struct {
 	OutboxTopic string

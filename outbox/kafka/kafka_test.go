@@ -23,7 +23,7 @@ func TestDispatcherDelivers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "orders")
 	out, pool := newOutbox(t)
-	pub, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"order.reserved": "orders"}})
+	pub, err := kafka.New(newClient(t, c), &kafka.Config{Topics: map[string]string{"order.reserved": "orders"}})
 	require.NoError(t, err)
 
 	const n = 40
@@ -69,9 +69,9 @@ func TestDispatcherDelivers(t *testing.T) {
 	require.ElementsMatch(t, want[""], got[""])
 }
 
-// TestNewPublisherRefuses requires each setting that breaks the publisher's contract to be
+// TestNewRefuses requires each setting that breaks the publisher's contract to be
 // refused with a *SettingError that names it, and a bad topic mapping with a *TopicError.
-func TestNewPublisherRefuses(t *testing.T) {
+func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "orders")
 	for _, tc := range []struct {
@@ -87,7 +87,7 @@ func TestNewPublisherRefuses(t *testing.T) {
 		{"ManualFlushing", []kgo.Opt{kgo.ManualFlushing()}, "kgo.ManualFlushing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := kafka.NewPublisher(newClient(t, c, tc.opts...), nil)
+			_, err := kafka.New(newClient(t, c, tc.opts...), nil)
 			var se *kafka.SettingError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tc.option, se.Option)
@@ -96,17 +96,17 @@ func TestNewPublisherRefuses(t *testing.T) {
 		})
 	}
 	t.Run("Defaults", func(t *testing.T) {
-		_, err := kafka.NewPublisher(newClient(t, c, kgo.RequiredAcks(kgo.AllISRAcks())), nil)
+		_, err := kafka.New(newClient(t, c, kgo.RequiredAcks(kgo.AllISRAcks())), nil)
 		require.NoError(t, err)
 	})
 	t.Run("NilClient", func(t *testing.T) {
-		_, err := kafka.NewPublisher(nil, nil)
+		_, err := kafka.New(nil, nil)
 		require.ErrorContains(t, err, "client is nil")
 	})
 	// Each character just outside a legal range: ` { @ [ / :
 	for _, bad := range []string{"", ".", "..", "orders/eu", "ünïcode", strings.Repeat("x", 250), "`", "{", "@", "[", "/", ":"} {
 		t.Run("Topic"+strconv.Quote(bad), func(t *testing.T) {
-			_, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"order.reserved": "orders", "order.paid": bad}})
+			_, err := kafka.New(newClient(t, c), &kafka.Config{Topics: map[string]string{"order.reserved": "orders", "order.paid": bad}})
 			var te *kafka.TopicError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, "order.paid", te.OutboxTopic)
@@ -116,7 +116,7 @@ func TestNewPublisherRefuses(t *testing.T) {
 		})
 	}
 	t.Run("LegalTopics", func(t *testing.T) {
-		_, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"a": "az.AZ_09-", "b": strings.Repeat("x", 249)}})
+		_, err := kafka.New(newClient(t, c), &kafka.Config{Topics: map[string]string{"a": "az.AZ_09-", "b": strings.Repeat("x", 249)}})
 		require.NoError(t, err)
 	})
 }
@@ -136,7 +136,7 @@ func TestPublishErrors(t *testing.T) {
 	}
 
 	t.Run("UnmappedIllegalTopic", func(t *testing.T) {
-		pub, err := kafka.NewPublisher(newClient(t, c), nil)
+		pub, err := kafka.New(newClient(t, c), nil)
 		require.NoError(t, err)
 		err = publish(t, pub, delivery("orders/eu", nil))
 		require.True(t, outbox.IsPermanent(err), "%v", err)
@@ -145,7 +145,7 @@ func TestPublishErrors(t *testing.T) {
 		require.Equal(t, "orders/eu", te.KafkaTopic)
 	})
 	t.Run("UnknownTopic", func(t *testing.T) {
-		pub, err := kafka.NewPublisher(newClient(t, c, kgo.UnknownTopicRetries(1)), nil)
+		pub, err := kafka.New(newClient(t, c, kgo.UnknownTopicRetries(1)), nil)
 		require.NoError(t, err)
 		err = publish(t, pub, delivery("no.such.topic", nil))
 		require.True(t, outbox.IsPermanent(err), "%v", err)
@@ -153,7 +153,7 @@ func TestPublishErrors(t *testing.T) {
 		require.ErrorContains(t, err, "create the topic")
 	})
 	t.Run("TooLarge", func(t *testing.T) {
-		pub, err := kafka.NewPublisher(newClient(t, c, kgo.ProducerBatchMaxBytes(1024)), nil)
+		pub, err := kafka.New(newClient(t, c, kgo.ProducerBatchMaxBytes(1024)), nil)
 		require.NoError(t, err)
 		err = publish(t, pub, delivery("orders", make([]byte, 4096)))
 		require.True(t, outbox.IsPermanent(err), "%v", err)
@@ -167,7 +167,7 @@ func TestPublishErrors(t *testing.T) {
 			c.KeepControl()
 			return produceError(req, code), nil, true
 		})
-		pub, err := kafka.NewPublisher(newClient(t, c), nil)
+		pub, err := kafka.New(newClient(t, c), nil)
 		require.NoError(t, err)
 		return publish(t, pub, delivery("orders", nil))
 	}

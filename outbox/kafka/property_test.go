@@ -44,7 +44,7 @@ func TestRandomCrashesAndRedeliveries(t *testing.T) {
 
 	c := newCluster(t, "events")
 	out, pool := newOutbox(t)
-	pub, err := kafka.NewPublisher(newClient(t, c), &kafka.Config{Topics: map[string]string{"event": "events"}})
+	pub, err := kafka.New(newClient(t, c), &kafka.Config{Topics: map[string]string{"event": "events"}})
 	require.NoError(t, err)
 
 	// The faults, decided by the publisher after each successful produce. mu guards rng and
