@@ -18,10 +18,10 @@ help: ## List the targets.
 	@grep -hE '^[$$()A-Za-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 # Modules of their own, so that the toolkit's go.mod carries neither stripe-go (the Stripe
-# adapter), OpenTelemetry (the tracing tests), nats.go (the outbox's JetStream publisher) nor
-# DBOS (the benchmark's peer). make test runs the nested modules' tests; the benchmark module
+# adapter), OpenTelemetry (the tracing tests), nats.go and franz-go (the outbox's
+# JetStream and Kafka publishers) nor DBOS (the benchmark's peer). make test runs the nested modules' tests; the benchmark module
 # is vetted and linted, and run by make bench.
-NESTED := downstream/stripe tracing outbox/natsjs
+NESTED := downstream/stripe tracing outbox/natsjs outbox/kafka
 TOOLS := bench
 
 # Compiles internal/failpoint's failpoints in; the fault tests build their worker with it.
