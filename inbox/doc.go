@@ -18,5 +18,7 @@
 // (migrate.Up creates its table), the database's clock, errors typed for Temporal (ErrType
 // constants), and metrics through a Temporal metrics handler. Records are kept for
 // Config.Retention (Purge deletes older ones): it must exceed the producer's redelivery horizon,
-// or a message redelivered after its record was purged runs again.
+// or a message redelivered after its record was purged runs again. A worker started with package
+// worker purges every consumer's records itself, after worker.Config.InboxRetention, which must
+// be at least the longest Retention of the schema's consumers.
 package inbox

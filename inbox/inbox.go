@@ -244,7 +244,9 @@ func (e *InProgressError) Error() string {
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
 // Purge deletes up to limit records of this consumer older than its retention (limit <= 0 means
-// PurgeBatchDefault) and returns how many it deleted.
+// PurgeBatchDefault) and returns how many it deleted. A worker started with package worker
+// purges the records of every consumer itself (worker.Config.InboxRetention); call Purge when
+// yours does not.
 func (i *Inbox) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = PurgeBatchDefault

@@ -5,6 +5,9 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/telemetry"
@@ -82,3 +85,38 @@ const purge = `
 DELETE FROM %[1]s WHERE (tableoid, ctid) IN (
 	SELECT tableoid, ctid FROM %[1]s WHERE %[2]s
 	LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+// PurgeInbox deletes up to limit inbox records of every consumer of the schema — package
+// inbox's, and the delivery IDs webhook.Handler remembers under the consumer "webhook/" + its
+// Source — processed more than olderThan ago (PurgeBatchDefault when limit is not positive),
+// and returns how many it deleted. A record stores when it was processed, not its consumer's
+// retention (inbox.Config.Retention, webhook.HandlerConfig.Retention), so olderThan must be at
+// least the longest retention of any consumer of the schema: a record deleted before its
+// consumer's retention ends lets a duplicate of its message run again. It refuses an olderThan
+// under a minute.
+//
+// Call it periodically, repeating while it returns limit, as Purge; the worker does
+// (worker.Config.InboxRetention).
+func (c *Client) PurgeInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan < time.Minute {
+		return 0, fmt.Errorf("purge inbox: olderThan is %v; it must be at least a minute, and at least the longest Retention of the schema's inbox consumers and webhook handlers", olderThan)
+	}
+	if limit <= 0 {
+		limit = PurgeBatchDefault
+	}
+	tag, err := c.exec(ctx, fmt.Sprintf(purgeInbox, pgx.Identifier{c.cfg.Schema, "inbox"}.Sanitize()), olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge inbox: %w", c.explain(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// purgeInbox deletes up to $2 records of %[1]s, of any consumer, processed more than $1
+// microseconds ago, found through the index of processing times. SKIP LOCKED passes over a
+// record a consumer's transaction is writing (a delivery being claimed) rather than waiting on
+// it; such a record is new, and no purge would delete it anyway.
+const purgeInbox = `
+DELETE FROM %[1]s WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM %[1]s
+	WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
+	LIMIT $2 FOR UPDATE SKIP LOCKED)`

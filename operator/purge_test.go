@@ -116,3 +116,35 @@ func (g *gaugeRecorder) value(name string) float64 {
 type gaugeFunc func(float64)
 
 func (f gaugeFunc) Update(v float64) { f(v) }
+
+// PurgeInbox deletes records of every consumer processed before olderThan, up to limit, and
+// keeps the younger; it refuses an olderThan that no consumer's retention could be.
+func TestPurgeInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, op, schema := setupPlain(t, &activity.Config{})
+	db := pgtest.Pool(t)
+	_, err := db.Exec(ctx, "INSERT INTO "+schema+`.inbox (consumer, message_id, processed_at) VALUES
+		('billing', 'old', now() - interval '2 hours'), ('webhook/stripe', 'old', now() - interval '3 hours'),
+		('shipping', 'old', now() - interval '61 minutes'), ('billing', 'new', now() - interval '59 minutes')`)
+	require.NoError(t, err)
+
+	_, err = op.PurgeInbox(ctx, 59*time.Second, 0)
+	require.ErrorContains(t, err, "at least a minute")
+	n, err := op.PurgeInbox(ctx, time.Hour, 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "limit")
+	n, err = op.PurgeInbox(ctx, time.Hour, 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var left []string
+	rows, err := db.Query(ctx, "SELECT consumer || '|' || message_id FROM "+schema+".inbox")
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		left = append(left, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"billing|new"}, left)
+}

@@ -89,6 +89,9 @@ const (
 	InboxInProgress = "tempotent_inbox_in_progress"
 	// InboxMismatched counts processed IDs that came again with another payload.
 	InboxMismatched = "tempotent_inbox_mismatched"
+	// InboxPurged counts the inbox records, of every consumer and webhook source, that the
+	// worker's purger deleted past their retention (untagged; sent to the receipts' handler).
+	InboxPurged = "tempotent_inbox_purged"
 )
 
 // Counters of the webhook handler, sent to webhook.HandlerConfig.Metrics with MetricTagSource.
@@ -130,7 +133,7 @@ func Metrics() []string {
 		ReceiptsPurged, ReceiptsUnresolved, ReceiptsUnresolvedOldest, ReceiptsUnresolvedHeld,
 		OutboxDelivered, OutboxRetried, OutboxDead, OutboxLostClaim, OutboxHandedBack, OutboxPruned,
 		OutboxBacklog, OutboxOldestAge, OutboxDeadRows,
-		InboxProcessed, InboxDuplicate, InboxInProgress, InboxMismatched,
+		InboxProcessed, InboxDuplicate, InboxInProgress, InboxMismatched, InboxPurged,
 		WebhookAccepted, WebhookDuplicate, WebhookRefused, WebhookFailed,
 	}
 }

@@ -288,8 +288,10 @@ func (h *Handler) store(ctx context.Context, tenant string, d Delivery, body []b
 }
 
 // Purge forgets up to limit delivery IDs older than HandlerConfig.Retention (limit <= 0 means
-// inbox.PurgeBatchDefault) and returns how many: call it periodically. A delivery replayed after
-// its ID is forgotten is stored, and handed on, again.
+// inbox.PurgeBatchDefault) and returns how many: call it periodically, unless a worker started
+// with package worker does (it purges the delivery IDs of every source after
+// worker.Config.InboxRetention). A delivery replayed after its ID is forgotten is stored, and
+// handed on, again.
 func (h *Handler) Purge(ctx context.Context, limit int) (int64, error) {
 	return h.inbox.Purge(ctx, limit)
 }

@@ -21,10 +21,16 @@ const (
 	NamespaceDefault     = "default"
 	TaskQueueDefault     = "tempotent-payments"
 	ShutdownGraceDefault = 30 * time.Second
-	// PurgeEveryDefault is how often a worker purges expired receipts (see Config.PurgeEvery).
-	PurgeEveryDefault  = 10 * time.Minute
-	TemporalCLIDefault = "bin/temporal"
-	DataDirDefault     = ".tmp"
+	// PurgeEveryDefault is how often a worker purges expired receipts and inbox records (see
+	// Config.PurgeEvery).
+	PurgeEveryDefault = 10 * time.Minute
+	// InboxRetentionDefault is how long the worker keeps inbox records (see
+	// Config.InboxRetention): 30 days, the longest of the defaults of the records' owners,
+	// webhook.RetentionDefault (inbox.RetentionDefault is 7 days). A literal, so that go doc
+	// shows it; TestInboxRetentionDefault ties it to theirs.
+	InboxRetentionDefault = 30 * 24 * time.Hour
+	TemporalCLIDefault    = "bin/temporal"
+	DataDirDefault        = ".tmp"
 )
 
 // Config is what a tempotent worker needs. Every field can come from a flag and from the
@@ -54,11 +60,20 @@ type Config struct {
 	// SIGTERM. Env TEMPOTENT_SHUTDOWN_GRACE.
 	ShutdownGrace time.Duration
 	// PurgeEvery is how often the worker deletes receipts past their retention
-	// (operator.Client.Purge, in bounded batches), give or take a fifth at random so that workers
+	// (operator.Client.Purge, in bounded batches) and then inbox records past InboxRetention
+	// (operator.Client.PurgeInbox), give or take a fifth at random so that workers
 	// started together do not purge together; one worker at a time does it, under an advisory
 	// lock. Negative turns it off (purge from a job of your own). Env TEMPOTENT_PURGE_EVERY;
 	// default PurgeEveryDefault.
 	PurgeEvery time.Duration
+	// InboxRetention is how long the worker's purge rounds keep the schema's inbox records:
+	// those of every inbox.Inbox consumer, and the delivery IDs every webhook.Handler remembers.
+	// A record stores when it was processed, not its consumer's retention, so this must be at
+	// least the longest inbox.Config.Retention and webhook.HandlerConfig.Retention in use on the
+	// schema: a record purged sooner lets a duplicate of its message run again. Negative turns
+	// off the worker's purging of inbox records (call each Inbox's or Handler's Purge yourself).
+	// Env TEMPOTENT_INBOX_RETENTION; default InboxRetentionDefault.
+	InboxRetention time.Duration
 	// TemporalCLI is the temporal binary for the dev server (make bin/temporal installs it).
 	// Env TEMPORAL_CLI.
 	TemporalCLI string
@@ -89,12 +104,13 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Migrate, "migrate", env("TEMPOTENT_MIGRATE") == "1", "apply tempotent's migrations at start (env TEMPOTENT_MIGRATE=1)")
 	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(env("TEMPOTENT_LOG_LEVEL"), "info"), "debug, info, warn or error (env TEMPOTENT_LOG_LEVEL)")
 	fs.Func("shutdown-grace", "how long running activities may finish after SIGINT/SIGTERM (env TEMPOTENT_SHUTDOWN_GRACE)", durationFlag(&c.ShutdownGrace))
-	fs.Func("purge-every", "how often expired receipts are purged, e.g. 10m; negative turns it off (env TEMPOTENT_PURGE_EVERY)", durationFlag(&c.PurgeEvery))
+	fs.Func("purge-every", "how often expired receipts and inbox records are purged, e.g. 10m; negative turns it off (env TEMPOTENT_PURGE_EVERY)", durationFlag(&c.PurgeEvery))
+	fs.Func("inbox-retention", "how long purging keeps inbox and webhook records, e.g. 720h; at least every consumer's Retention; negative turns it off (env TEMPOTENT_INBOX_RETENTION)", durationFlag(&c.InboxRetention))
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", cmp.Or(env("TEMPORAL_CLI"), TemporalCLIDefault), "temporal binary for the dev server (env TEMPORAL_CLI)")
 	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(env("TEMPOTENT_DATA_DIR"), DataDirDefault), "folder for local mode's throwaway Postgres (env TEMPOTENT_DATA_DIR)")
 	// Environment values of the duration flags are parsed here so that a bad one is reported
 	// like a bad flag.
-	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE"), "max-payload-bytes": env("TEMPOTENT_MAX_PAYLOAD_BYTES"), "purge-every": env("TEMPOTENT_PURGE_EVERY")} {
+	for name, v := range map[string]string{"retention": env("TEMPOTENT_RETENTION"), "shutdown-grace": env("TEMPOTENT_SHUTDOWN_GRACE"), "max-payload-bytes": env("TEMPOTENT_MAX_PAYLOAD_BYTES"), "purge-every": env("TEMPOTENT_PURGE_EVERY"), "inbox-retention": env("TEMPOTENT_INBOX_RETENTION")} {
 		if v != "" {
 			if err := fs.Set(name, v); err != nil {
 				c.envErrs = append(c.envErrs, fmt.Errorf("environment: %s=%q: %w", envName(name), v, err))
@@ -126,6 +142,7 @@ func (c Config) WithDefaults() Config {
 	c.LogLevel = cmp.Or(c.LogLevel, "info")
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.PurgeEvery = cmp.Or(c.PurgeEvery, PurgeEveryDefault)
+	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.TemporalCLI = cmp.Or(c.TemporalCLI, TemporalCLIDefault)
 	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
 	return c
@@ -145,6 +162,9 @@ func (c Config) Validate() error {
 	receipts := c.Receipts.WithDefaults()
 	if err := receipts.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.InboxRetention > 0 && c.InboxRetention < time.Minute {
+		errs = append(errs, fmt.Errorf("inbox retention %v is under a minute: give at least the longest Retention of the schema's inbox consumers and webhook handlers, or a negative value to leave their purging to them", c.InboxRetention))
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %v is negative", c.ShutdownGrace))

@@ -3,8 +3,10 @@
 // client (or the dev server, started from the pinned CLI with its Web UI, when no address is
 // given), a Postgres pool (or the local server, or a throwaway cluster), the receipt store and
 // its migrations, the outbox in the same schema (Env.Outbox) with dispatchers that run beside the
-// worker (Env.Dispatch), a worker with tempotent's interceptor, and a clean stop on SIGINT/SIGTERM
-// that gives running activities a grace period.
+// worker (Env.Dispatch), a worker with tempotent's interceptor, maintenance that purges receipts
+// past their retention and the schema's inbox records (inbox consumers' and webhook handlers')
+// past Config.InboxRetention, one worker per schema at a time (Config.PurgeEvery, Env.PurgeOnce),
+// and a clean stop on SIGINT/SIGTERM that gives running activities a grace period.
 //
 //	env, err := worker.Start(ctx, worker.Config{TaskQueue: "payments", Migrate: true})
 //	if err != nil {

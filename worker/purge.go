@@ -1,16 +1,19 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/tempotent/tempotent/telemetry"
 )
 
-// Purging in the worker: each round is bounded, so that a backlog of expired receipts is worked
-// off over several rounds rather than in one long burst.
+// Purging in the worker: each round is bounded, so that a backlog of expired receipts or inbox
+// records is worked off over several rounds rather than in one long burst.
 const (
 	purgeBatch      = 1000
 	purgeMaxBatches = 100
@@ -23,23 +26,38 @@ const (
 // on every round.
 const MetricPurged = telemetry.ReceiptsPurged
 
-// PurgeOnce deletes receipts past their retention, in batches of a thousand up to a hundred
-// thousand, unless another worker of the same schema is purging: then it does nothing and
-// reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when the
-// worker's own purging is off.
-func (e *Env) PurgeOnce(ctx context.Context) (purged int64, ran bool, err error) {
+// MetricInboxPurged counts the inbox records (those of inbox consumers and of webhook handlers)
+// the worker's purger deleted, through the same handler as MetricPurged.
+const MetricInboxPurged = telemetry.InboxPurged
+
+// Purged is what one purge round deleted.
+type Purged struct {
+	// Receipts past their retention (operator.Client.Purge).
+	Receipts int64
+	// Inbox records, of every consumer and webhook source of the schema, processed more than
+	// Config.InboxRetention ago (operator.Client.PurgeInbox).
+	Inbox int64
+}
+
+// PurgeOnce deletes receipts past their retention, and then the schema's inbox records older
+// than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
+// hundred thousand, unless another worker of the same schema is purging: then it does nothing
+// and reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when
+// the worker's own purging is off. On an error it returns what it deleted before it, and
+// purges no inbox records when the receipts' purge failed.
+func (e *Env) PurgeOnce(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("purge: %w", err)
+		return Purged{}, false, fmt.Errorf("purge: %w", err)
 	}
 	// A session lock on a connection of its own: it ends with the round, or with the process.
 	lock := "tempotent.purge." + e.Operator.Config().Schema
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1))", lock).Scan(&ran); err != nil || !ran {
 		conn.Release()
 		if err != nil {
-			return 0, false, fmt.Errorf("purge: take the lock: %w", err)
+			return Purged{}, false, fmt.Errorf("purge: take the lock: %w", err)
 		}
-		return 0, false, nil
+		return Purged{}, false, nil
 	}
 	defer func() {
 		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", lock); err != nil {
@@ -49,18 +67,32 @@ func (e *Env) PurgeOnce(ctx context.Context) (purged int64, ran bool, err error)
 		conn.Release()
 	}()
 	metrics := e.Operator.Config().MetricsHandler
+	purged.Receipts, err = inBatches(metrics.Counter(MetricPurged), func(limit int) (int64, error) {
+		return e.Operator.Purge(ctx, limit)
+	})
+	if err != nil {
+		return purged, true, err
+	}
+	if retention := cmp.Or(e.Config.InboxRetention, InboxRetentionDefault); retention > 0 {
+		purged.Inbox, err = inBatches(metrics.Counter(MetricInboxPurged), func(limit int) (int64, error) {
+			return e.Operator.PurgeInbox(ctx, retention, limit)
+		})
+	}
+	return purged, true, err
+}
+
+// inBatches calls purge with purgeBatch until it deletes fewer, at most purgeMaxBatches times,
+// counting what it deletes in counter.
+func inBatches(counter client.MetricsCounter, purge func(limit int) (int64, error)) (purged int64, err error) {
 	for range purgeMaxBatches {
-		n, err := e.Operator.Purge(ctx, purgeBatch)
+		n, err := purge(purgeBatch)
 		purged += n
-		metrics.Counter(MetricPurged).Inc(n)
-		if err != nil {
-			return purged, true, err
-		}
-		if n < purgeBatch {
-			break
+		counter.Inc(n)
+		if err != nil || n < purgeBatch {
+			return purged, err
 		}
 	}
-	return purged, true, nil
+	return purged, nil
 }
 
 // purgeLoop calls PurgeOnce every PurgeEvery, give or take a fifth, until ctx ends.
@@ -76,9 +108,9 @@ func (e *Env) purgeLoop(ctx context.Context) {
 		purged, ran, err := e.PurgeOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.Log.Warn("purge failed; retrying at the next round", "err", err, "purged", purged)
-		case ran && purged > 0:
-			e.Log.Info("purged expired receipts", "count", purged)
+			e.Log.Warn("purge failed; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
+		case ran && purged.Receipts+purged.Inbox > 0:
+			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox)
 		}
 	}
 }

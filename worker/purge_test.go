@@ -59,7 +59,7 @@ func TestPurgeOnceTakesTurns(t *testing.T) {
 	purged, ran, err = env.PurgeOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, ran)
-	require.Equal(t, int64(n), purged)
+	require.Equal(t, worker.Purged{Receipts: n}, purged)
 	counts, err := env.Operator.CountSince(ctx, time.Time{})
 	require.NoError(t, err)
 	require.Zero(t, counts.Completed+counts.Pending+counts.Failed, "receipts left after the purge")

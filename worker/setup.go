@@ -208,8 +208,8 @@ func (e *Env) Dispatch(pub outbox.Publisher, cfg *outbox.DispatcherConfig) error
 	return nil
 }
 
-// Run runs w, the dispatchers that Dispatch added, and the purger of expired receipts (see
-// Config.PurgeEvery), until ctx ends or the process gets SIGINT or SIGTERM. Then it stops
+// Run runs w, the dispatchers that Dispatch added, and the purger of expired receipts and inbox
+// records (see Config.PurgeEvery and Config.InboxRetention), until ctx ends or the process gets SIGINT or SIGTERM. Then it stops
 // polling and gives running activities ShutdownGrace to finish before it returns; dispatchers
 // claim nothing more, let their publishes in flight finish within their own ShutdownGrace
 // (outbox.DispatcherConfig), and hand the rest of their batch back without counting an attempt.
