@@ -6,7 +6,7 @@
 // passed (Client.Purge), and partition their table by day (Client.Partition).
 //
 // It is for tools that act on receipts from outside an activity: the tempotent command
-// (cmd/tempotent), the worker's purger (worker.Env.PurgeOnce), a console to come, or a script of
+// (cmd/tempotent), the worker's purger (worker.Env.PurgeRound), a console to come, or a script of
 // your own. Activities never need it: the activity package writes and replays receipts on its
 // own, and this package shares nothing with it but the tables, so a Client may run in any
 // process, beside any number of workers.

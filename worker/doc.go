@@ -5,7 +5,7 @@
 // its migrations, the outbox in the same schema (Env.Outbox) with dispatchers that run beside the
 // worker (Env.Dispatch), a worker with tempotent's interceptor, maintenance that purges receipts
 // past their retention and the schema's inbox records (inbox consumers' and webhook handlers')
-// past Config.InboxRetention, one worker per schema at a time (Config.PurgeEvery, Env.PurgeOnce),
+// past Config.InboxRetention, one worker per schema at a time (Config.PurgeEvery, Env.PurgeRound),
 // and a clean stop on SIGINT/SIGTERM that gives running activities a grace period.
 //
 //	env, err := worker.Start(ctx, worker.Config{TaskQueue: "payments", Migrate: true})

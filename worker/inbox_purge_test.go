@@ -21,7 +21,7 @@ import (
 )
 
 // purgeEnv is the part of a worker's Env that purging uses, on a migrated schema of its own
-// (no Temporal: PurgeOnce needs none). met counts what the purger sends.
+// (no Temporal: PurgeRound needs none). met counts what the purger sends.
 func purgeEnv(t *testing.T, schema string, inboxRetention time.Duration, met *counters) *worker.Env {
 	t.Helper()
 	ctx := context.Background()
@@ -30,7 +30,7 @@ func purgeEnv(t *testing.T, schema string, inboxRetention time.Duration, met *co
 	if met != nil {
 		h = met
 	}
-	// A long lock timeout: TestPurgeOnceInboxTakesTurns holds the inbox table's lock for a while.
+	// A long lock timeout: TestPurgeRoundInboxTakesTurns holds the inbox table's lock for a while.
 	op, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: schema, MetricsHandler: h, LockTimeout: time.Minute, StatementTimeout: time.Minute})
 	require.NoError(t, err)
 	return &worker.Env{Config: worker.Config{InboxRetention: inboxRetention}.WithDefaults(), Pool: pgtest.Pool(t), Operator: op}
@@ -62,7 +62,7 @@ func left(t *testing.T, schema string) map[string]bool {
 // The worker purges the expired records of every consumer of the schema, inboxes' and webhook
 // handlers' alike, without being told their names, and keeps the others: a duplicate of a kept
 // message is still acknowledged without running.
-func TestPurgeOnceInboxOfEveryConsumer(t *testing.T) {
+func TestPurgeRoundInboxOfEveryConsumer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
@@ -76,7 +76,7 @@ func TestPurgeOnceInboxOfEveryConsumer(t *testing.T) {
 		record(t, schema, c, "new", time.Minute)
 	}
 
-	purged, ran, err := env.PurgeOnce(ctx)
+	purged, ran, err := env.PurgeRound(ctx)
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Equal(t, worker.Purged{Inbox: 6}, purged)
@@ -99,7 +99,7 @@ func TestPurgeOnceInboxOfEveryConsumer(t *testing.T) {
 	// A negative InboxRetention leaves inbox records to their owners.
 	off := purgeEnv(t, schema, -1, nil)
 	record(t, schema, "billing", "ancient", 365*day)
-	purged, ran, err = off.PurgeOnce(ctx)
+	purged, ran, err = off.PurgeRound(ctx)
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Zero(t, purged.Inbox)
@@ -108,7 +108,7 @@ func TestPurgeOnceInboxOfEveryConsumer(t *testing.T) {
 
 // Two workers purge the same schema at once: the one that takes the lock runs its round, the
 // other reports that it did not run, and runs once the first is done.
-func TestPurgeOnceInboxTakesTurns(t *testing.T) {
+func TestPurgeRoundInboxTakesTurns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
@@ -137,7 +137,7 @@ func TestPurgeOnceInboxTakesTurns(t *testing.T) {
 		firstRan    bool
 		firstErr    error
 	)
-	wg.Go(func() { firstPurged, firstRan, firstErr = first.PurgeOnce(ctx) })
+	wg.Go(func() { firstPurged, firstRan, firstErr = first.PurgeRound(ctx) })
 	require.Eventually(t, func() bool {
 		var waiting bool
 		err := observer.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
@@ -152,7 +152,7 @@ func TestPurgeOnceInboxTakesTurns(t *testing.T) {
 	// operator's lock_timeout does not cover the wait while its statement is parsed).
 	secondCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	purged, ran, err := second.PurgeOnce(secondCtx)
+	purged, ran, err := second.PurgeRound(secondCtx)
 	require.NoError(t, err)
 	require.False(t, ran, "purged while the other worker's round held the schema's purge lock")
 	require.Zero(t, purged)
@@ -163,7 +163,7 @@ func TestPurgeOnceInboxTakesTurns(t *testing.T) {
 	require.True(t, firstRan)
 	require.Equal(t, worker.Purged{Inbox: 10}, firstPurged)
 
-	purged, ran, err = second.PurgeOnce(ctx)
+	purged, ran, err = second.PurgeRound(ctx)
 	require.NoError(t, err)
 	require.True(t, ran, "the first round kept the purge lock")
 	require.Zero(t, purged)
@@ -171,7 +171,7 @@ func TestPurgeOnceInboxTakesTurns(t *testing.T) {
 
 // A round purges in batches until a short one: exactly a batch needs a second, empty one, and a
 // batch and one record a second of one record; each is purged whole.
-func TestPurgeOnceInboxBatchBoundary(t *testing.T) {
+func TestPurgeRoundInboxBatchBoundary(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{1000, 1001} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -184,7 +184,7 @@ func TestPurgeOnceInboxBatchBoundary(t *testing.T) {
 			require.NoError(t, err)
 			record(t, schema, "c0", "kept", 59*time.Minute)
 
-			purged, ran, err := env.PurgeOnce(ctx)
+			purged, ran, err := env.PurgeRound(ctx)
 			require.NoError(t, err)
 			require.True(t, ran)
 			require.Equal(t, int64(n), purged.Inbox)
@@ -197,7 +197,7 @@ func TestPurgeOnceInboxBatchBoundary(t *testing.T) {
 // record inside its consumer's retention (each at most the worker's InboxRetention, as its
 // documentation requires), and deletes every record older than InboxRetention. Seeded; a
 // failure names its seed.
-func TestPurgeOnceInboxNeverInsideRetention(t *testing.T) {
+func TestPurgeRoundInboxNeverInsideRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	day := 24 * time.Hour
@@ -248,7 +248,7 @@ func TestPurgeOnceInboxNeverInsideRetention(t *testing.T) {
 				}
 			}
 
-			_, ran, err := env.PurgeOnce(ctx)
+			_, ran, err := env.PurgeRound(ctx)
 			require.NoError(t, err)
 			require.True(t, ran)
 			got := left(t, schema)

@@ -39,13 +39,13 @@ type Purged struct {
 	Inbox int64
 }
 
-// PurgeOnce deletes receipts past their retention, and then the schema's inbox records older
+// PurgeRound deletes receipts past their retention, and then the schema's inbox records older
 // than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
 // hundred thousand, unless another worker of the same schema is purging: then it does nothing
 // and reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when
 // the worker's own purging is off. On an error it returns what it deleted before it, and
 // purges no inbox records when the receipts' purge failed.
-func (e *Env) PurgeOnce(ctx context.Context) (purged Purged, ran bool, err error) {
+func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
 		return Purged{}, false, fmt.Errorf("purge: %w", err)
@@ -81,6 +81,15 @@ func (e *Env) PurgeOnce(ctx context.Context) (purged Purged, ran bool, err error
 	return purged, true, err
 }
 
+// PurgeOnce is PurgeRound as 1.0 had it: purged counts the receipts deleted only.
+//
+// Deprecated: use PurgeRound, which also reports the inbox records it deleted; removed in the
+// release after next.
+func (e *Env) PurgeOnce(ctx context.Context) (purged int64, ran bool, err error) {
+	p, ran, err := e.PurgeRound(ctx)
+	return p.Receipts, ran, err
+}
+
 // inBatches calls purge with purgeBatch until it deletes fewer, at most purgeMaxBatches times,
 // counting what it deletes in counter.
 func inBatches(counter client.MetricsCounter, purge func(limit int) (int64, error)) (purged int64, err error) {
@@ -95,7 +104,7 @@ func inBatches(counter client.MetricsCounter, purge func(limit int) (int64, erro
 	return purged, nil
 }
 
-// purgeLoop calls PurgeOnce every PurgeEvery, give or take a fifth, until ctx ends.
+// purgeLoop calls PurgeRound every PurgeEvery, give or take a fifth, until ctx ends.
 func (e *Env) purgeLoop(ctx context.Context) {
 	every := e.Config.PurgeEvery
 	for {
@@ -105,7 +114,7 @@ func (e *Env) purgeLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		purged, ran, err := e.PurgeOnce(ctx)
+		purged, ran, err := e.PurgeRound(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			e.Log.Warn("purge failed; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
