@@ -170,8 +170,23 @@ func (c *Client) Config() Config { return c.cfg }
 // and $2 are in milliseconds.
 const settings = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
 
-// timed sends stmt behind settings, in one round trip, and hands its result to read.
+// bounded is ctx with a deadline of StatementTimeout and a second: for the statements whose
+// waits the settings cannot bound (see timed), and the point reads (Receipt, Audit) that
+// Resolve and Rearm make before they write. Listing and stats are left to the caller's ctx: a
+// scan of a large table may rightly take longer.
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.StatementTimeout+time.Second)
+}
+
+// timed sends stmt behind settings, in one round trip, and hands its result to read. The
+// settings cannot bound everything: pgx prepares a batch's statements before it runs the first
+// one, and preparing takes the table's lock, so a statement that meets the table locked by DDL
+// (a migration, a partition's conversion) waits there with no lock_timeout yet in force. A
+// deadline of StatementTimeout and a second bounds it from this side, as the engine's receipt
+// statements are bounded (TestTimedStatementsGiveUpBehindATableLock).
 func (c *Client) timed(ctx context.Context, stmt string, args []any, read func(pgx.BatchResults) error) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue(settings, c.lockTimeout, c.statementTimeout)
 	b.Queue(stmt, args...)

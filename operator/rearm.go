@@ -145,6 +145,8 @@ INSERT INTO %s (actor, action, target, reason, detail) SELECT $3, $%d, token, $4
 
 // Audit returns the audit log's records of the receipt under token, oldest first.
 func (c *Client) Audit(ctx context.Context, token keys.Token) ([]AuditEntry, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	rows, err := c.db.Query(ctx, fmt.Sprintf(`SELECT id, at, actor, action, target, reason, detail FROM %s WHERE target = $1 ORDER BY at, id`,
 		c.audit), string(token))
 	if err != nil {

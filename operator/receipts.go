@@ -288,6 +288,8 @@ func decodeCursor(s string) (time.Time, string, error) {
 // Receipt returns the receipt under token, with the receipts of its compensations. Its error
 // matches ErrNoReceipt when there is none. (For a Key, pass k.Token().)
 func (c *Client) Receipt(ctx context.Context, token keys.Token) (Receipt, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	q := fmt.Sprintf(`SELECT %s FROM %s WHERE token = $1`, operatorColumns, c.receipts)
 	r, err := c.scan(c.db.QueryRow(ctx, q, string(token)))
 	if errors.Is(err, pgx.ErrNoRows) {
