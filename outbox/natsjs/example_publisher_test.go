@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/outbox"
 	"github.com/tempotent/tempotent/outbox/natsjs"
@@ -49,19 +50,11 @@ func exampleServer() (jetstream.JetStream, func()) {
 	}
 }
 
-// exampleOutbox connects to TEST_DATABASE_URL (or the local default), creates tempotent's tables
+// exampleOutbox connects to TEST_DATABASE_URL (pgtest.ExamplePool), creates tempotent's tables
 // in a schema of its own, and returns the schema's outbox, the pool and a cleanup that drops the
 // schema.
 func exampleOutbox(ctx context.Context, schema string) (*outbox.Outbox, *pgxpool.Pool, func()) {
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres"
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	pool, cleanup := pgtest.ExamplePool(ctx, schema)
 	if err := migrate.Up(ctx, pool, schema); err != nil {
 		panic(err)
 	}
@@ -69,10 +62,7 @@ func exampleOutbox(ctx context.Context, schema string) (*outbox.Outbox, *pgxpool
 	if err != nil {
 		panic(err)
 	}
-	return out, pool, func() {
-		_, _ = pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		pool.Close()
-	}
+	return out, pool, cleanup
 }
 
 // The stream takes the topics' subjects and keeps message IDs longer than the dispatcher's retry
