@@ -24,7 +24,7 @@ func newCounter[In any](tb testing.TB, check string, effects func() int, items f
 	tb.Helper()
 	switch {
 	case items == nil && itemEffects == nil && effects == nil:
-		tb.Fatalf("activitytest: %s needs %s.Effects (a counter of the activity's effects), or for a batch %s.Items and %s.ItemEffects", check, check, check, check)
+		tb.Fatalf("activitytest: %s.Effects is required (a counter of the activity's effects), or for a batch (activity.ForEach) %s.Items and %s.ItemEffects", check, check, check)
 	case items == nil && itemEffects == nil:
 		return &counter{total: effects, field: check + ".Effects"}
 	case items == nil || itemEffects == nil:

@@ -20,10 +20,9 @@ type CheckTx[In, Out any] struct {
 	Options      activity.Options
 	Input, Other In
 	// Effects counts the activity's local effects so far, for example the rows it wrote;
-	// required, unless Items and ItemEffects declare a batch, as for Check.
-	Effects     func() int
-	Items       func(In) []string
-	ItemEffects func() map[string]int
+	// required. (A batch's items commit under receipts of their own, not in the activity's
+	// transaction: check a ForEach batch with RequireRetrySafe.)
+	Effects func() int
 	// Faults, for an activity that also calls a downstream inside its transaction, fails that
 	// downstream's next requests on purpose (a Downstream, or a FaultProxy in front of your
 	// own): the check then runs a request that had its effect and lost its answer, whose
@@ -57,10 +56,10 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 	if asWorker != nil {
 		return // a worker process (process.go) runs one attempt of a RequireRetrySafe
 	}
-	if c.Activity == nil {
-		tb.Fatalf("activitytest: RequireRetrySafeTx needs CheckTx.Activity")
+	if c.Activity == nil || c.Effects == nil {
+		tb.Fatalf("activitytest: RequireRetrySafeTx needs CheckTx.Activity and CheckTx.Effects (a count of the activity's writes)")
 	}
-	fx := newCounter(tb, "CheckTx", c.Effects, c.Items, c.ItemEffects, c.Input)
+	fx := newCounter[In](tb, "CheckTx", c.Effects, nil, nil, c.Input)
 	if c.Store == nil {
 		c.Store = NewStore(tb, nil)
 	}
