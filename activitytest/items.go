@@ -1,11 +1,15 @@
 package activitytest
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tempotent/tempotent/keys"
 )
 
 // counter counts a check's effects: in all (Check.Effects), or per item of a batch
@@ -139,5 +143,32 @@ func (c *counter) firstEffects(tb testing.TB, path string, d counts) {
 		tb.Fatalf("activitytest: %s: the first attempt had 0 effects, want 1: %s does not count this activity's effect (count what the activity does: the downstream's requests applied, your fake's charges, your table's rows)", path, c.field)
 	case t.n > 1:
 		tb.Fatalf("activitytest: %s: one call of the activity had %d effects, want 1: the check counts one effect per intent, to tell a repeat from the first. An activity with several effects per call needs %s to count intents; a batch (activity.ForEach) declares its items with Items and ItemEffects instead, and is counted per item; or check each effect's activity on its own", path, t.n, c.field)
+	}
+}
+
+// itemsInFlight puts the items of the held batch k back in the state a worker that died after
+// their effects, before their receipts, leaves them (as with Items.Concurrency at least the
+// items' count): pending, their leases ended, their effects possible. The takeover must then
+// take every item over under the item's token — in another process, where a key kept in memory
+// is gone — instead of replaying it. Only a store can do this for the check: the SDK has no
+// point inside ForEach to hold an attempt at.
+func (r *runner[In, Out]) itemsInFlight(path string, k keys.Key) {
+	r.tb.Helper()
+	ids := make([]string, 0, len(r.fx.want))
+	for _, item := range r.fx.want {
+		ik, err := k.Item(item)
+		if err != nil {
+			r.tb.Fatalf("activitytest: %s: the key of item %q: %v", path, item, err)
+		}
+		ids = append(ids, ik.ID)
+	}
+	settle := r.c.Options.WithDefaults().DownstreamSettleTime
+	tag, err := r.ts.pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %q.receipts
+		SET state = 'pending', result = NULL, failure = NULL, error_type = NULL, error_message = NULL,
+		    completed_at = NULL, effect_possible = true, lease_expires_at = now() - $4::bigint * interval '1 microsecond'
+		WHERE namespace = $1 AND tenant = $2 AND id = ANY($3) AND state = 'completed'`, r.ts.schema),
+		k.Namespace, k.Tenant, ids, (settle + time.Second).Microseconds())
+	if err != nil || tag.RowsAffected() == 0 {
+		r.tb.Fatalf("activitytest: %s: put the batch's items back in flight: %v (%d item receipts completed): Check.Items must name the IDs the activity gives activity.ForEach (Items.ID)", path, err, tag.RowsAffected())
 	}
 }

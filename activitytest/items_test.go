@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,6 +87,13 @@ var batchCases = []struct {
 		}},
 		want: []string{activitytest.PathFailAfterEffect + " (500 after the effect): 2 effects for one intent, want 1", `item "b" had 2`},
 		not:  []string{`item "a" had`, `item "c" had`}},
+	// Each item's key a random one remembered in memory under the item's token: the same on
+	// every attempt in this process, a new one on the worker that takes an item over after a
+	// crash.
+	{name: "ItemKeyRememberedInMemory",
+		shape: batchShape{key: rememberedItemKey()},
+		want: []string{activitytest.PathCrashAfterEffect + ": 2 effects for one intent, want 1", `item "a" had 2`, `item "b" had 2`, `item "c" had 2`,
+			activitytest.PathNewRun + ": 2 effects for one intent, want 1"}},
 	// An item paid again after the batch, outside ForEach: twice on every call.
 	{name: "ItemPaidAgainOutsideForEach",
 		shape: batchShape{after: func(ctx context.Context, url string) error {
@@ -100,6 +108,23 @@ var batchCases = []struct {
 		shape: batchShape{items: func(context.Context) []string { return batchItems[:2] }},
 		want:  []string{activitytest.PathCrashBeforeReport + ": the first attempt of the batch did not have one effect per item", `item "c" had none`, "skipped"},
 		not:   []string{`item "a" had`}},
+}
+
+// rememberedItemKey returns a key function that remembers a random key per item token.
+func rememberedItemKey() func(context.Context, string) string {
+	var (
+		mu         sync.Mutex
+		remembered = map[string]string{}
+	)
+	return func(ctx context.Context, item string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		tok := tokenKey(ctx, item)
+		if remembered[tok] == "" {
+			remembered[tok] = randomHexKey()
+		}
+		return remembered[tok]
+	}
 }
 
 func randomHexKey() string { var b [8]byte; _, _ = rand.Read(b[:]); return hex.EncodeToString(b[:]) }

@@ -70,6 +70,7 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	// The first attempt is held after its function returned — its worker died — until the check
 	// ends; every later one runs through.
 	held, release := make(chan keys.Token, 1), make(chan struct{})
+	var batch keys.Key // the held attempt's key, whose items a batch has in flight
 	defer close(release)
 	var calls atomic.Int32
 	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
@@ -84,6 +85,7 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 		out, err := check.Activity(ctx, in)
 		if calls.Add(1) == 1 {
 			tok, _ := keys.TokenFrom(ctx)
+			batch, _ = keys.FromActivity(ctx)
 			held <- tok
 			<-release
 		}
@@ -110,6 +112,9 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	}
 	fx.firstEffects(tb, PathReset, fx.since(before))
 	r.endLease(PathReset, token)
+	if fx.items != nil {
+		r.itemsInFlight(PathReset, batch)
+	}
 	resetRun, err := devserver.ResetToStart(ctx, c, id, run.GetRunID(), "activitytest: run the activity again, as an operator's reset does")
 	if err != nil {
 		tb.Fatalf("activitytest: %s: reset the workflow: %v", PathReset, err)

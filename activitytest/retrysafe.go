@@ -102,10 +102,11 @@ const maxAttempts = 6
 // on every path each item of the intent must have exactly one effect, and a failure names the
 // items that had none or more than one. Its failure after the effect loses the answer of every
 // item's first request, so that each item is run again under its own token. A crash after the
-// effect holds the batch once ForEach returned, when every item's receipt is written: it proves
-// that the takeover replays the items (an Items.Operation or item key that changes between
-// attempts pays them again); an item whose worker died before its receipt is the failure after
-// the effect's case, a takeover with the item's token.
+// effect (and a reset) holds the batch once ForEach returned and puts its items back in flight
+// in the store — pending, their effects possible, their leases ended — as a worker that died
+// with every item running leaves them: the takeover must take each item over under its token,
+// in another process. The timeout path leaves the items settled: its takeover must replay them
+// (an Items.Operation that changes between attempts pays them again).
 //
 // A takeover after a crash (the second and fourth paths) runs in a worker process of its own,
 // as Temporal runs it on another worker: the test binary runs the test again, and activitytest's
@@ -165,14 +166,15 @@ type attempt[Out any] struct {
 // execute runs one attempt of the activity with the intent id, as Temporal runs it, telling it
 // who it is; hold, when set, runs after the activity function returned, before the receipt is
 // written.
-func (r *runner[In, Out]) execute(id string, who identity, in In, hold func(keys.Token)) attempt[Out] {
+func (r *runner[In, Out]) execute(id string, who identity, in In, hold func(keys.Token, keys.Key)) attempt[Out] {
 	env := newActivityEnv(r.tb, activityName, id, newAttemptInfo(who))
 	var a attempt[Out]
 	err := activity.Register(env, r.c.Store, activityName, func(ctx context.Context, in In) (Out, error) {
 		a.token, _ = keys.TokenFrom(ctx)
 		out, err := r.c.Activity(ctx, in)
 		if hold != nil {
-			hold(a.token)
+			k, _ := keys.FromActivity(ctx)
+			hold(a.token, k)
 		}
 		return out, err
 	}, r.c.Options)
@@ -245,10 +247,12 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 	held, release := make(chan keys.Token, 1), make(chan struct{})
 	var (
 		first attempt[Out]
+		batch keys.Key // the held attempt's key, whose items a batch has in flight
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() {
-		first = r.execute(id, who, r.c.Input, func(tok keys.Token) {
+		first = r.execute(id, who, r.c.Input, func(tok keys.Token, k keys.Key) {
+			batch = k
 			held <- tok
 			<-release
 		})
@@ -268,6 +272,9 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 		tb.Fatalf("activitytest: %s: the activity did not return within a minute", path)
 	}
 	r.endLease(path, token)
+	if how != timedOut && r.fx.items != nil {
+		r.itemsInFlight(path, batch)
+	}
 	next := who.retry()
 	if how == reset {
 		next = who.reset()
