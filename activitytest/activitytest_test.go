@@ -258,6 +258,33 @@ func failures(t *testing.T, check func(tb testing.TB)) []string {
 	return tb.errors
 }
 
+// verdictName names the subtest of a case: Passes… for a safe activity, Fails… for another.
+func verdictName(name string, want []string) string {
+	if want == nil {
+		return "Passes" + name
+	}
+	return "Fails" + name
+}
+
+// requireVerdict fails t unless a check's failures are none when want is nil, and otherwise
+// say all of want and none of not.
+func requireVerdict(t *testing.T, failures []string, want, not []string) {
+	t.Helper()
+	got := strings.Join(failures, "\n")
+	if want == nil {
+		require.Empty(t, got, "the check failed a safe activity")
+		return
+	}
+	require.NotEmpty(t, got, "the check passed an unsafe activity")
+	for _, w := range want {
+		require.Contains(t, got, w)
+	}
+	for _, n := range not {
+		require.NotContains(t, got, n)
+	}
+	t.Logf("what the check said:\n%s", got)
+}
+
 // recorder is a testing.TB that records failures instead of failing: a check pointed at an
 // unsafe activity must fail, and these tests read what it said.
 type recorder struct {
@@ -349,15 +376,11 @@ func (c harnessCase) check(t *testing.T) activitytest.Check[chargeRequest, charg
 		Effects: d.Effects, Faults: d, Store: store,
 	}
 	if c.batch != nil {
-		// One effect per run of the batch: the most any item was paid.
+		// Counted per item: each item of an intent paid once.
 		chk.Activity, chk.Options = c.batch(store, c.declared)(d.URL), activity.Options{Batch: true}
-		chk.Effects = func() int {
-			most := 0
-			for _, item := range batchItems {
-				most = max(most, d.EffectsOn(itemPath(item)))
-			}
-			return most
-		}
+		chk.Effects = nil
+		chk.Items = func(chargeRequest) []string { return batchItems }
+		chk.ItemEffects = func() map[string]int { return d.EffectsPer(itemPath("")) }
 		return chk
 	}
 	chk.Activity = c.activity(d.URL)
@@ -370,23 +393,10 @@ func TestRequireRetrySafe(t *testing.T) {
 	other := chargeRequest{Order: "order-1", Amount: 999}
 
 	for _, c := range harnessCases {
-		verb := "Passes"
-		if c.want != nil {
-			verb = "Fails"
-		}
-		t.Run(verb+c.name, func(t *testing.T) {
+		t.Run(verdictName(c.name, c.want), func(t *testing.T) {
 			t.Parallel()
 			check := c.check(t)
-			got := strings.Join(failures(t, func(tb testing.TB) { activitytest.RequireRetrySafe(tb, check) }), "\n")
-			if c.want == nil {
-				require.Empty(t, got, "the check failed a safe activity")
-				return
-			}
-			require.NotEmpty(t, got, "the check passed an unsafe activity")
-			for _, w := range c.want {
-				require.Contains(t, got, w)
-			}
-			t.Logf("what the check said:\n%s", got)
+			requireVerdict(t, failures(t, func(tb testing.TB) { activitytest.RequireRetrySafe(tb, check) }), c.want, nil)
 		})
 	}
 
@@ -676,6 +686,38 @@ func TestRequireResetSafe(t *testing.T) {
 			Activity: safeCharge(d.URL), Options: activity.Options{DownstreamDeduplicates: true},
 			Input: req, Other: other, Effects: d.Effects,
 		})
+	})
+
+	t.Run("PassesABatch", func(t *testing.T) {
+		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+		store := activitytest.NewStore(t, nil)
+		activitytest.RequireResetSafe(t, c, activitytest.Check[chargeRequest, charge]{
+			Activity: batchCharge(store, true, false)(d.URL), Options: activity.Options{Batch: true},
+			Input: req, Other: other, Store: store,
+			Items:       func(chargeRequest) []string { return batchItems },
+			ItemEffects: func() map[string]int { return d.EffectsPer(itemPath("")) },
+		})
+	})
+
+	// A batch whose pass is named by the run: the reset run finds no item receipt, and pays
+	// every item again.
+	t.Run("FailsABatchNamedByTheRun", func(t *testing.T) {
+		d := activitytest.NewDownstream(t, &activitytest.DownstreamOptions{Deduplicates: true})
+		store := activitytest.NewStore(t, nil)
+		byRun := batchShape{operation: func(ctx context.Context) string {
+			return "Transfer-" + sdkactivity.GetInfo(ctx).WorkflowExecution.RunID
+		}}
+		got := failures(t, func(tb testing.TB) {
+			activitytest.RequireResetSafe(tb, c, activitytest.Check[chargeRequest, charge]{
+				Activity: shapedBatch(store, byRun)(d.URL), Options: activity.Options{Batch: true},
+				Input: req, Other: other, Store: store,
+				Items:       func(chargeRequest) []string { return batchItems },
+				ItemEffects: func() map[string]int { return d.EffectsPer(itemPath("")) },
+			})
+		})
+		require.Len(t, got, 1)
+		require.Contains(t, got[0], activitytest.PathReset+": 2 effects for one intent, want 1")
+		require.Contains(t, got[0], `item "b" had 2`)
 	})
 
 	// The key survives every retry in one run; a reset is a new run, and charges again.

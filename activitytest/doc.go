@@ -19,6 +19,10 @@
 //     task token, and on a reset the run and activity ID. What a crash needs that the SDK
 //     cannot do — hold an attempt after its function returned, end its lease — the check does
 //     to the attempt and to the store.
+//     A batch activity (activity.ForEach) declares its items with Check.Items and
+//     Check.ItemEffects instead of Effects, and is counted per item on every path: each item of
+//     an intent must have exactly one effect, and a failure names the items that had none or
+//     more than one.
 //   - Downstream is a recording HTTP downstream (httptest) that counts requests and effects per
 //     Idempotency-Key, deduplicates like Stripe (comparing a repeated key's request: another one
 //     gets 400 idempotency_error) or not at all, and answers with faults: a 500 before or after
@@ -32,6 +36,11 @@
 //     transaction must roll them back — writes through a connection of the activity's own do
 //     not), a second attempt while the first has not committed, another payload.
 //   - RequireResetSafe runs the reset path on a real Temporal server (see below).
+//   - RequireConsumedOnce proves that an inbox consumer (package inbox) processes a message
+//     once: it delivers messages again, at once, and with the commit after the handler's effect
+//     crashed (its connection terminated, its context cancelled), and wants one effect per
+//     message and the inbox's record of it. NewSchema gives the consumer a schema with
+//     tempotent's tables, on the real Postgres.
 //   - NewActivityEnv is the SDK's TestActivityEnvironment with tempotent's interceptor and an intent
 //     (keys.Given) unique to the test unless the test names one.
 //   - NewWorkflowEnv is the SDK's TestWorkflowEnvironment with tempotent's interceptor and

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +154,21 @@ func (d *Downstream) EffectsOn(path string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.paths[path]
+}
+
+// EffectsPer returns the effects applied by requests to paths under prefix, by the rest of the
+// path: for a batch that sends item "s1" to "/v1/transfers/s1", EffectsPer("/v1/transfers/")
+// returns {"s1": 1, …}, which is what Check.ItemEffects counts.
+func (d *Downstream) EffectsPer(prefix string) map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]int{}
+	for path, n := range d.paths {
+		if item, ok := strings.CutPrefix(path, prefix); ok && item != "" {
+			out[item] += n
+		}
+	}
+	return out
 }
 
 // Requests returns how many requests came with key ("" for those without one).

@@ -56,7 +56,7 @@ type workerOutcome struct {
 	Err          string
 	ErrType      string
 	NonRetryable bool
-	Effects      int // the effects Check.Effects counted in the worker process
+	Effects      counts // the effects the check counted in the worker process, by item
 }
 
 // asWorker is the task of this process when it is a worker process; nil otherwise.
@@ -158,15 +158,15 @@ var errNoWorkerProcess = errors.New("no worker process")
 
 // inWorkerProcess runs the attempt of intent id with identity who in a new process of the test
 // binary, and returns its outcome and the effects that process counted itself.
-func inWorkerProcess[Out any](tb testing.TB, call int, id string, who identity) (attempt[Out], int, error) {
+func inWorkerProcess[Out any](tb testing.TB, call int, id string, who identity) (attempt[Out], counts, error) {
 	var a attempt[Out]
 	bin, err := os.Executable()
 	if err != nil || !testing.Testing() {
-		return a, 0, errNoWorkerProcess
+		return a, nil, errNoWorkerProcess
 	}
 	dir, err := os.MkdirTemp("", "activitytest-worker-")
 	if err != nil {
-		return a, 0, fmt.Errorf("a directory for the worker process's outcome: %w", err)
+		return a, nil, fmt.Errorf("a directory for the worker process's outcome: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	task := workerTask{Test: tb.Name(), Call: call, ID: id, Made: map[string]made{},
@@ -193,19 +193,19 @@ func inWorkerProcess[Out any](tb testing.TB, call int, id string, who identity) 
 	b, rerr := os.ReadFile(task.Result)
 	if rerr != nil {
 		if strings.Contains(out.String(), "no tests to run") {
-			return a, 0, errNoWorkerProcess
+			return a, nil, errNoWorkerProcess
 		}
-		return a, 0, fmt.Errorf("the worker process wrote no outcome (%v): %s", err, tail(out.String(), 2000))
+		return a, nil, fmt.Errorf("the worker process wrote no outcome (%v): %s", err, tail(out.String(), 2000))
 	}
 	var o workerOutcome
 	if err := json.Unmarshal(b, &o); err != nil {
-		return a, 0, fmt.Errorf("the worker process's outcome: %w", err)
+		return a, nil, fmt.Errorf("the worker process's outcome: %w", err)
 	}
 	if o.Err != "" {
 		a.err = temporal.NewApplicationErrorWithOptions(o.Err, o.ErrType, temporal.ApplicationErrorOptions{NonRetryable: o.NonRetryable})
 	} else if len(o.Out) > 0 {
 		if err := json.Unmarshal(o.Out, &a.out); err != nil {
-			return a, 0, fmt.Errorf("the worker process's result: %w", err)
+			return a, nil, fmt.Errorf("the worker process's result: %w", err)
 		}
 	}
 	return a, o.Effects, nil
@@ -221,9 +221,9 @@ func asWorkerAttempt[In, Out any](r *runner[In, Out], call int) bool {
 	if r.tb.Name() != asWorker.Test || call != asWorker.Call {
 		return true
 	}
-	before := r.c.Effects()
+	before := r.fx.now()
 	a := r.execute(asWorker.ID, identity{runID: asWorker.Who.RunID, activityID: asWorker.Who.ActivityID, attempt: asWorker.Who.Attempt}, r.c.Input, nil)
-	o := workerOutcome{Effects: r.c.Effects() - before}
+	o := workerOutcome{Effects: r.fx.since(before)}
 	if a.err != nil {
 		o.Err = a.err.Error()
 		var appErr *temporal.ApplicationError

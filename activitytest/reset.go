@@ -56,19 +56,21 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	if asWorker != nil {
 		return // a worker process (process.go) runs one attempt of a RequireRetrySafe
 	}
-	if check.Activity == nil || check.Effects == nil {
-		tb.Fatalf("activitytest: RequireResetSafe needs Check.Activity and Check.Effects (a counter of the activity's effects)")
+	if check.Activity == nil {
+		tb.Fatalf("activitytest: RequireResetSafe needs Check.Activity")
 	}
+	fx := newCounter(tb, "Check", check.Effects, check.Items, check.ItemEffects, check.Input)
 	if check.Store == nil {
 		check.Store = NewStore(tb, nil)
 	}
 	ctx := context.Background()
-	r := &runner[In, Out]{tb: tb, c: check, ts: testStoreOf(tb, check.Store)}
+	r := &runner[In, Out]{tb: tb, c: check, fx: fx, ts: testStoreOf(tb, check.Store)}
 	queue, id := "activitytest-"+r.newID("reset"), r.newID("reset")
 
 	// The first attempt is held after its function returned — its worker died — until the check
 	// ends; every later one runs through.
 	held, release := make(chan keys.Token, 1), make(chan struct{})
+	var batch keys.Key // the held attempt's key, whose items a batch has in flight
 	defer close(release)
 	var calls atomic.Int32
 	w := worker.New(c, queue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
@@ -83,6 +85,7 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 		out, err := check.Activity(ctx, in)
 		if calls.Add(1) == 1 {
 			tok, _ := keys.TokenFrom(ctx)
+			batch, _ = keys.FromActivity(ctx)
 			held <- tok
 			<-release
 		}
@@ -96,7 +99,7 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	}
 	defer w.Stop()
 
-	before := check.Effects()
+	before := fx.now()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, "activitytest.ResetWorkflow", check.Input)
 	if err != nil {
 		tb.Fatalf("activitytest: %s: start the workflow: %v", PathReset, err)
@@ -107,10 +110,11 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	case <-time.After(time.Minute):
 		tb.Fatalf("activitytest: %s: the activity did not run within a minute", PathReset)
 	}
-	if n := check.Effects() - before; n != 1 {
-		tb.Fatalf("activitytest: %s: the first attempt had %d effects, want 1: Check.Effects does not count this activity's effect", PathReset, n)
-	}
+	fx.firstEffects(tb, PathReset, fx.since(before))
 	r.endLease(PathReset, token)
+	if fx.items != nil {
+		r.itemsInFlight(PathReset, batch)
+	}
 	resetRun, err := devserver.ResetToStart(ctx, c, id, run.GetRunID(), "activitytest: run the activity again, as an operator's reset does")
 	if err != nil {
 		tb.Fatalf("activitytest: %s: reset the workflow: %v", PathReset, err)
@@ -119,8 +123,8 @@ func RequireResetSafe[In, Out any](tb testing.TB, c client.Client, check Check[I
 	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = c.GetWorkflow(getCtx, id, resetRun).Get(getCtx, &out)
-	if n := check.Effects() - before; n != 1 {
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the reset run's attempt, which took over the receipt under the same token, had the effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, not an ID of the run or the activity", PathReset, n)
+	if t := fx.tally(fx.since(before)); t.n != 1 {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the reset run's attempt, which took over the receipt under the same token, had the effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key, not an ID of the run or the activity%s", PathReset, t.n, t.note)
 	}
 	if err != nil && !isType(err, activity.ErrTypeOutcomeUnknown) {
 		tb.Errorf("activitytest: %s: the reset run failed: %v", PathReset, err)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,12 +28,19 @@ type Check[In, Out any] struct {
 	// same key with another payload must be refused).
 	Input, Other In
 	// Effects counts the activity's effects so far: a recording Downstream's Effects, a counter
-	// of your fake, a query of your table. Required. The check compares counts before and after
-	// each path and wants one effect per intent, so nothing else may add to them meanwhile: give
-	// each check a downstream or counter of its own when tests run in parallel. An activity with
-	// several effects per call (a batch) counts intents, for example the most any payee was
-	// paid.
+	// of your fake, a query of your table. Required, unless Items and ItemEffects are set. The
+	// check compares counts before and after each path and wants one effect per intent, so
+	// nothing else may add to them meanwhile: give each check a downstream or counter of its own
+	// when tests run in parallel.
 	Effects func() int
+	// Items and ItemEffects declare a batch activity (activity.ForEach over its input's items),
+	// which has one effect per item: Items returns the IDs of an input's items, as Items.ID
+	// names them; ItemEffects counts the effects so far of each item by that ID (a Downstream's
+	// EffectsOn per item path, a GROUP BY of your table). With them the check counts per item:
+	// on every path each item of the intent must have exactly one effect across all attempts,
+	// and a failure names the items that had none or more than one. Effects is then not used.
+	Items       func(In) []string
+	ItemEffects func() map[string]int
 	// Faults fails the next requests of the activity's downstream on purpose, for the retry
 	// Temporal runs most often: a request that had its effect and whose answer was lost (a 500,
 	// a dropped connection), then the activity's retry. A Downstream (NewDownstream) does, and
@@ -92,6 +98,16 @@ const maxAttempts = 6
 // after its function returned (before its receipt is written) and never let go; a lease ends by
 // moving it into the past in the store. A failure names the path and what was counted.
 //
+// A batch activity (activity.ForEach; Check.Items and Check.ItemEffects) is counted per item:
+// on every path each item of the intent must have exactly one effect, and a failure names the
+// items that had none or more than one. Its failure after the effect loses the answer of every
+// item's first request, so that each item is run again under its own token. A crash after the
+// effect (and a reset) holds the batch once ForEach returned and puts its items back in flight
+// in the store — pending, their effects possible, their leases ended — as a worker that died
+// with every item running leaves them: the takeover must take each item over under its token,
+// in another process. The timeout path leaves the items settled: its takeover must replay them
+// (an Items.Operation that changes between attempts pays them again).
+//
 // A takeover after a crash (the second and fourth paths) runs in a worker process of its own,
 // as Temporal runs it on another worker: the test binary runs the test again, and activitytest's
 // NewStore, NewDownstream and NewFaultProxy hand it the first process's store and downstreams,
@@ -102,9 +118,10 @@ const maxAttempts = 6
 // logs it.
 func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	tb.Helper()
-	if c.Activity == nil || c.Effects == nil {
-		tb.Fatalf("activitytest: RequireRetrySafe needs Check.Activity and Check.Effects (a counter of the activity's effects)")
+	if c.Activity == nil {
+		tb.Fatalf("activitytest: RequireRetrySafe needs Check.Activity")
 	}
+	fx := newCounter(tb, "Check", c.Effects, c.Items, c.ItemEffects, c.Input)
 	if c.Faults == nil {
 		tb.Fatalf("activitytest: RequireRetrySafe needs Check.Faults, to fail a request after its effect as a real downstream does: point the activity at a Downstream (NewDownstream) and give it as Faults, or put a FaultProxy (NewFaultProxy) in front of your own fake")
 	}
@@ -114,7 +131,7 @@ func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 	if fpIn, fpOther := fingerprint(tb, c.Input), fingerprint(tb, c.Other); fpIn.Matches(fpOther) {
 		tb.Fatalf("activitytest: Check.Other fingerprints like Check.Input; give a request that differs from it, so that the mismatch path can be checked")
 	}
-	r := &runner[In, Out]{tb: tb, c: c, ts: testStoreOf(tb, c.Store), call: nextCall(tb)}
+	r := &runner[In, Out]{tb: tb, c: c, fx: fx, ts: testStoreOf(tb, c.Store), call: nextCall(tb)}
 	if asWorkerAttempt(r, r.call) {
 		return
 	}
@@ -131,6 +148,7 @@ func RequireRetrySafe[In, Out any](tb testing.TB, c Check[In, Out]) {
 type runner[In, Out any] struct {
 	tb   testing.TB
 	c    Check[In, Out]
+	fx   *counter
 	ts   *testStore
 	call int // which RequireRetrySafe call of the test this is
 }
@@ -148,14 +166,15 @@ type attempt[Out any] struct {
 // execute runs one attempt of the activity with the intent id, as Temporal runs it, telling it
 // who it is; hold, when set, runs after the activity function returned, before the receipt is
 // written.
-func (r *runner[In, Out]) execute(id string, who identity, in In, hold func(keys.Token)) attempt[Out] {
+func (r *runner[In, Out]) execute(id string, who identity, in In, hold func(keys.Token, keys.Key)) attempt[Out] {
 	env := newActivityEnv(r.tb, activityName, id, newAttemptInfo(who))
 	var a attempt[Out]
 	err := activity.Register(env, r.c.Store, activityName, func(ctx context.Context, in In) (Out, error) {
 		a.token, _ = keys.TokenFrom(ctx)
 		out, err := r.c.Activity(ctx, in)
 		if hold != nil {
-			hold(a.token)
+			k, _ := keys.FromActivity(ctx)
+			hold(a.token, k)
 		}
 		return out, err
 	}, r.c.Options)
@@ -183,30 +202,18 @@ func (r *runner[In, Out]) newID(path string) string {
 	return fmt.Sprintf("%s/%s/%s", r.tb.Name(), path, hex.EncodeToString(b[:]))
 }
 
-// firstEffects fails tb unless the first attempt of an intent had exactly one effect: the
-// paths tell a repeat from the first effect by counting.
-func firstEffects(tb testing.TB, path, field string, n int) {
-	tb.Helper()
-	switch {
-	case n == 0:
-		tb.Fatalf("activitytest: %s: the first attempt had 0 effects, want 1: %s does not count this activity's effect (count what the activity does: the downstream's requests applied, your fake's charges, your table's rows)", path, field)
-	case n > 1:
-		tb.Fatalf("activitytest: %s: one call of the activity had %d effects, want 1: the check counts one effect per intent, to tell a repeat from the first. An activity with several effects per call (a batch, a charge and an email) needs %s to count intents, for example the most any payee was paid; or check each effect's activity on its own", path, n, field)
-	}
-}
-
 func (r *runner[In, Out]) crashBeforeReport() {
 	tb := r.tb
 	tb.Helper()
-	id, who, before := r.newID("crash-before-report"), firstAttempt(), r.c.Effects()
+	id, who, before := r.newID("crash-before-report"), firstAttempt(), r.fx.now()
 	first := r.execute(id, who, r.c.Input, nil)
 	if first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with Check.Input: %v", PathCrashBeforeReport, first.err)
 	}
-	firstEffects(tb, PathCrashBeforeReport, "Check.Effects", r.c.Effects()-before)
+	r.fx.firstEffects(tb, PathCrashBeforeReport, r.fx.since(before))
 	again := r.execute(id, who.retry(), r.c.Input, nil)
-	if n := r.c.Effects() - before; n != 1 {
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the retry of an attempt that completed had an effect again", PathCrashBeforeReport, n)
+	if t := r.fx.tally(r.fx.since(before)); t.n != 1 {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the retry of an attempt that completed had an effect again%s", PathCrashBeforeReport, t.n, t.note)
 	}
 	if again.err != nil || !reflect.DeepEqual(again.out, first.out) {
 		tb.Errorf("activitytest: %s: the retry returned %+v (error %v), the first attempt %+v: a workflow could see two outcomes", PathCrashBeforeReport, again.out, again.err, first.out)
@@ -236,14 +243,16 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 	case reset:
 		path, name = PathNewRun, "new-run"
 	}
-	id, who, before := r.newID(name), firstAttempt(), r.c.Effects()
+	id, who, before := r.newID(name), firstAttempt(), r.fx.now()
 	held, release := make(chan keys.Token, 1), make(chan struct{})
 	var (
 		first attempt[Out]
+		batch keys.Key // the held attempt's key, whose items a batch has in flight
 		wg    sync.WaitGroup
 	)
 	wg.Go(func() {
-		first = r.execute(id, who, r.c.Input, func(tok keys.Token) {
+		first = r.execute(id, who, r.c.Input, func(tok keys.Token, k keys.Key) {
+			batch = k
 			held <- tok
 			<-release
 		})
@@ -263,27 +272,30 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 		tb.Fatalf("activitytest: %s: the activity did not return within a minute", path)
 	}
 	r.endLease(path, token)
+	if how != timedOut && r.fx.items != nil {
+		r.itemsInFlight(path, batch)
+	}
 	next := who.retry()
 	if how == reset {
 		next = who.reset()
 	}
 	var (
 		second attempt[Out]
-		unseen int
+		unseen counts
 	)
 	if how == timedOut {
 		second = r.execute(id, next, r.c.Input, nil) // the first attempt's worker still runs
 	} else {
 		second, unseen = r.elsewhere(path, id, next)
 	}
-	n := r.c.Effects() - before + unseen
-	switch {
-	case n > 1 && unseen > 0:
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1, %d of them counted only in the worker process that took over: either the takeover had the effect again, or Check.Effects counts a fake kept in memory that the new process started empty. Reach such a fake through a FaultProxy (NewFaultProxy), which a worker process shares with the test, and send the token (keys.TokenFrom) as the idempotency key", path, n, unseen)
+	t, u := r.fx.tally(r.fx.since(before).plus(unseen)), r.fx.tally(unseen)
+	switch n := t.n; {
+	case n > 1 && u.sum > 0:
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1, %d of them counted only in the worker process that took over: either the takeover had the effect again, or %s counts a fake kept in memory that the new process started empty. Reach such a fake through a FaultProxy (NewFaultProxy), which a worker process shares with the test, and send the token (keys.TokenFrom) as the idempotency key%s", path, n, u.sum, r.fx.field, t.note)
 	case n == 0:
-		tb.Errorf("activitytest: %s: 0 effects for this intent, want 1: the downstream took its request for an earlier intent's. Send the intent's token (keys.TokenFrom) as the idempotency key; a key made of other IDs is shared by intents that must each have their effect", path)
+		tb.Errorf("activitytest: %s: 0 effects for this intent, want 1: the downstream took its request for an earlier intent's. Send the intent's token (keys.TokenFrom) as the idempotency key; a key made of other IDs is shared by intents that must each have their effect%s", path, t.note)
 	case n > 1:
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key — not the attempt, the task token, the run or the activity ID, which Temporal changes between attempts, nor a key kept in memory, which the worker that takes over after a crash does not have — and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it", path, n)
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the attempt that took over had an effect again. Send the token (keys.TokenFrom) as the downstream's idempotency key — not the attempt, the task token, the run or the activity ID, which Temporal changes between attempts, nor a key kept in memory, which the worker that takes over after a crash does not have — and set Options.DownstreamDeduplicates only for a downstream that deduplicates on it%s", path, n, t.note)
 	case second.err != nil && !isType(second.err, activity.ErrTypeOutcomeUnknown):
 		tb.Errorf("activitytest: %s: the attempt that took over failed, though the first one's effect happened: %v. If the downstream refused the key with other parameters, the activity's request changes between attempts (a timestamp, a random ID): build it only from the input and the token", path, second.err)
 	}
@@ -301,18 +313,24 @@ func (r *runner[In, Out]) crashAfterEffect(how ending) {
 // takeover after a crash on another worker, where nothing the first attempt kept in memory
 // exists. unseen is the effects that process counted beyond those this one sees (a fake kept in
 // memory).
-func (r *runner[In, Out]) elsewhere(path, id string, who identity) (a attempt[Out], unseen int) {
+func (r *runner[In, Out]) elsewhere(path, id string, who identity) (a attempt[Out], unseen counts) {
 	r.tb.Helper()
-	before := r.c.Effects()
+	before := r.fx.now()
 	a, theirs, err := inWorkerProcess[Out](r.tb, r.call, id, who)
 	switch {
 	case errors.Is(err, errNoWorkerProcess):
 		r.tb.Logf("activitytest: %s: the takeover ran in this process: a check called from a test function runs it in a process of its own", path)
-		return r.execute(id, who, r.c.Input, nil), 0
+		return r.execute(id, who, r.c.Input, nil), nil
 	case err != nil:
 		r.tb.Fatalf("activitytest: %s: run the takeover in a worker process of its own: %v", path, err)
 	}
-	return a, max(0, theirs-(r.c.Effects()-before))
+	ours, unseen := r.fx.since(before), counts{}
+	for item, n := range theirs {
+		if n > ours[item] {
+			unseen[item] = n - ours[item]
+		}
+	}
+	return a, unseen
 }
 
 // failAfterEffect has the downstream apply the first attempt's request and lose the answer
@@ -320,46 +338,9 @@ func (r *runner[In, Out]) elsewhere(path, id string, who identity) (a attempt[Ou
 func (r *runner[In, Out]) failAfterEffect(fault Fault) {
 	r.tb.Helper()
 	id := r.newID("fail-after-effect")
-	retryAfterFault(r.tb, fault, r.c.Faults, r.c.Effects, "Check.Faults", r.passTime, func(who identity) attempt[Out] {
+	retryAfterFault(r.tb, fault, r.c.Faults, r.fx, "Check.Faults", r.passTime, func(who identity) attempt[Out] {
 		return r.execute(id, who, r.c.Input, nil)
 	})
-}
-
-// retryAfterFault runs one intent's attempts (run) after faults makes the downstream apply the
-// first request and lose its answer, as Temporal retries them, and fails tb unless the intent
-// had one effect and ended in its result or OutcomeUnknown. Between attempts, passTime lets
-// Temporal's backoff and the settle time pass.
-func retryAfterFault[Out any](tb testing.TB, fault Fault, faults Faults, effects func() int, field string, passTime func(), run func(identity) attempt[Out]) {
-	tb.Helper()
-	path := fmt.Sprintf("%s (%s)", PathFailAfterEffect, fault)
-	who, before := firstAttempt(), effects()
-	faults.FailNext(fault)
-	var (
-		last attempt[Out]
-		errs []string
-	)
-	for range maxAttempts {
-		last = run(who)
-		if last.err == nil || !retryable(last.err) {
-			break
-		}
-		errs = append(errs, fmt.Sprintf("attempt %d: %v", who.attempt, last.err))
-		passTime()
-		who = who.retry()
-	}
-	n := effects() - before
-	switch {
-	case n == 0 && last.err == nil:
-		tb.Errorf("activitytest: %s: 0 effects, want 1: either the downstream took the request for an earlier intent's (a key shared by intents: send the intent's token, keys.TokenFrom), or %s fails a downstream whose effects are not the ones counted", path, field)
-	case n > 1 && len(errs) == 0:
-		tb.Errorf("activitytest: %s: %d effects for one intent in one attempt, want 1: the request was sent again within the attempt. net/http sends a request that carries an Idempotency-Key again by itself when a reused connection breaks after it was written, which a downstream that does not deduplicate applies twice: send through downstream.Transport, which turns that off, and leave the retry to Temporal", path, n)
-	case n > 1:
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1: the retry had the effect again. An error after the request was sent is no proof that nothing happened: mark an error activity.NotApplied only when the downstream says it did nothing, and send the token (keys.TokenFrom) as the idempotency key. The attempts: %s", path, n, strings.Join(errs, "; "))
-	case last.err != nil && retryable(last.err):
-		tb.Errorf("activitytest: %s: still failing after %d attempts, though the effect happened: %s. If the downstream refused the key with other parameters, the activity's request changes between attempts (a timestamp, a random ID): build it only from the input and the token", path, maxAttempts, strings.Join(append(errs, fmt.Sprintf("attempt %d: %v", who.attempt, last.err)), "; "))
-	case last.err != nil && !isType(last.err, activity.ErrTypeOutcomeUnknown):
-		tb.Errorf("activitytest: %s: the intent ended in a failure, though its effect happened: %v. A workflow would take an effect that happened for one that did not (and compensate nothing). Return a retryable error when the answer is lost, so that the retry asks again under the same token", path, last.err)
-	}
 }
 
 func (r *runner[In, Out]) otherPayload() {
@@ -369,24 +350,14 @@ func (r *runner[In, Out]) otherPayload() {
 	if first := r.execute(id, who, r.c.Input, nil); first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with Check.Input: %v", PathOtherPayload, first.err)
 	}
-	before := r.c.Effects()
+	before := r.fx.now()
 	other := r.execute(id, who.retry(), r.c.Other, nil)
-	if n := r.c.Effects() - before; n != 0 {
-		tb.Errorf("activitytest: %s: %d effects, want 0: a request reusing another's key was carried out", PathOtherPayload, n)
+	if t := r.fx.tally(r.fx.since(before)); t.sum != 0 {
+		tb.Errorf("activitytest: %s: %d effects, want 0: a request reusing another's key was carried out", PathOtherPayload, t.sum)
 	}
 	if !isType(other.err, activity.ErrTypePayloadMismatch) {
 		tb.Errorf("activitytest: %s: got %+v (error %v), want a %s error", PathOtherPayload, other.out, other.err, activity.ErrTypePayloadMismatch)
 	}
-}
-
-// retryable reports whether Temporal retries an attempt that failed with err.
-func retryable(err error) bool {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return !appErr.NonRetryable()
-	}
-	var canceled *temporal.CanceledError
-	return !errors.As(err, &canceled)
 }
 
 // endLease moves the lease of the receipt under token into the past, by more than the settle

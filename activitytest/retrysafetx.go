@@ -20,7 +20,8 @@ type CheckTx[In, Out any] struct {
 	Options      activity.Options
 	Input, Other In
 	// Effects counts the activity's local effects so far, for example the rows it wrote;
-	// required.
+	// required. (A batch's items commit under receipts of their own, not in the activity's
+	// transaction: check a ForEach batch with RequireRetrySafe.)
 	Effects func() int
 	// Faults, for an activity that also calls a downstream inside its transaction, fails that
 	// downstream's next requests on purpose (a Downstream, or a FaultProxy in front of your
@@ -58,38 +59,39 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 	if c.Activity == nil || c.Effects == nil {
 		tb.Fatalf("activitytest: RequireRetrySafeTx needs CheckTx.Activity and CheckTx.Effects (a count of the activity's writes)")
 	}
+	fx := newCounter[In](tb, "CheckTx", c.Effects, nil, nil, c.Input)
 	if c.Store == nil {
 		c.Store = NewStore(tb, nil)
 	}
 	if fingerprint(tb, c.Input).Matches(fingerprint(tb, c.Other)) {
 		tb.Fatalf("activitytest: CheckTx.Other fingerprints like CheckTx.Input; give a request that differs from it, so that the mismatch path can be checked")
 	}
-	r := &txRunner[In, Out]{runner: runner[In, Out]{tb: tb, c: Check[In, Out]{Options: c.Options}, ts: testStoreOf(tb, c.Store)}, c: c}
+	r := &txRunner[In, Out]{runner: runner[In, Out]{tb: tb, c: Check[In, Out]{Options: c.Options}, fx: fx, ts: testStoreOf(tb, c.Store)}, c: c}
 
-	id, who, before := r.newID("tx-crash-before-report"), firstAttempt(), c.Effects()
+	id, who, before := r.newID("tx-crash-before-report"), firstAttempt(), fx.now()
 	first := r.execute(id, who, c.Input, nil)
 	if first.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathCrashBeforeReport, first.err)
 	}
-	firstEffects(tb, PathCrashBeforeReport, "CheckTx.Effects", c.Effects()-before)
+	fx.firstEffects(tb, PathCrashBeforeReport, fx.since(before))
 	again := r.execute(id, who.retry(), c.Input, nil)
-	if n := c.Effects() - before; n != 1 || again.err != nil || !reflect.DeepEqual(again.out, first.out) {
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the retry returned %+v (error %v), the first attempt %+v", PathCrashBeforeReport, n, again.out, again.err, first.out)
+	if t := fx.tally(fx.since(before)); t.n != 1 || again.err != nil || !reflect.DeepEqual(again.out, first.out) {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1%s; the retry returned %+v (error %v), the first attempt %+v", PathCrashBeforeReport, t.n, t.note, again.out, again.err, first.out)
 	}
 
-	id, who, before = r.newID("tx-rolled-back"), firstAttempt(), c.Effects()
+	id, who, before = r.newID("tx-rolled-back"), firstAttempt(), fx.now()
 	failed := r.execute(id, who, c.Input, func() error { return errInjected })
 	if failed.err == nil {
 		tb.Fatalf("activitytest: %s: the injected failure did not fail the attempt", PathRolledBack)
 	}
-	if n := c.Effects() - before; n != 0 {
-		tb.Errorf("activitytest: %s: %d effects left by an attempt whose transaction rolled back, want 0: write through the tx RegisterTx gives the activity, not through a connection of your own", PathRolledBack, n)
+	if t := fx.tally(fx.since(before)); t.sum != 0 {
+		tb.Errorf("activitytest: %s: %d effects left by an attempt whose transaction rolled back, want 0: write through the tx RegisterTx gives the activity, not through a connection of your own", PathRolledBack, t.sum)
 	}
 	if retry := r.execute(id, who.retry(), c.Input, nil); retry.err != nil {
 		tb.Errorf("activitytest: %s: the retry failed: %v", PathRolledBack, retry.err)
 	}
-	if n := c.Effects() - before; n != 1 {
-		tb.Errorf("activitytest: %s: %d effects for one intent after the retry, want 1", PathRolledBack, n)
+	if t := fx.tally(fx.since(before)); t.n != 1 {
+		tb.Errorf("activitytest: %s: %d effects for one intent after the retry, want 1%s", PathRolledBack, t.n, t.note)
 	}
 
 	r.concurrent()
@@ -97,7 +99,7 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 	if c.Faults != nil {
 		for _, fault := range []Fault{Fail500AfterEffect, DropAfterEffect} {
 			id := r.newID("tx-fail-after-effect")
-			retryAfterFault(tb, fault, c.Faults, c.Effects, "CheckTx.Faults", r.passTime, func(who identity) attempt[Out] {
+			retryAfterFault(tb, fault, c.Faults, fx, "CheckTx.Faults", r.passTime, func(who identity) attempt[Out] {
 				return r.execute(id, who, c.Input, nil)
 			})
 		}
@@ -107,10 +109,10 @@ func RequireRetrySafeTx[In, Out any](tb testing.TB, c CheckTx[In, Out]) {
 	if res := r.execute(id, who, c.Input, nil); res.err != nil {
 		tb.Fatalf("activitytest: %s: the activity failed on its own with CheckTx.Input: %v", PathOtherPayload, res.err)
 	}
-	before = c.Effects()
+	before = fx.now()
 	other := r.execute(id, who.retry(), c.Other, nil)
-	if n := c.Effects() - before; n != 0 || !isType(other.err, activity.ErrTypePayloadMismatch) {
-		tb.Errorf("activitytest: %s: %d effects and error %v, want 0 and a %s error", PathOtherPayload, n, other.err, activity.ErrTypePayloadMismatch)
+	if t := fx.tally(fx.since(before)); t.sum != 0 || !isType(other.err, activity.ErrTypePayloadMismatch) {
+		tb.Errorf("activitytest: %s: %d effects and error %v, want 0 and a %s error", PathOtherPayload, t.sum, other.err, activity.ErrTypePayloadMismatch)
 	}
 }
 
@@ -144,7 +146,7 @@ func (r *txRunner[In, Out]) execute(id string, who identity, in In, after func()
 func (r *txRunner[In, Out]) concurrent() {
 	tb := r.tb
 	tb.Helper()
-	id, who, before := r.newID("tx-concurrent"), firstAttempt(), r.c.Effects()
+	id, who, before := r.newID("tx-concurrent"), firstAttempt(), r.fx.now()
 	wrote, release := make(chan struct{}), make(chan struct{})
 	var (
 		first attempt[Out]
@@ -165,7 +167,7 @@ func (r *txRunner[In, Out]) concurrent() {
 	if isType(second.err, activity.ErrTypeInProgress) {
 		second = r.execute(id, who.retry().retry(), r.c.Input, nil) // it gave up waiting: Temporal retries it
 	}
-	if n := r.c.Effects() - before; n != 1 || second.err != nil || !reflect.DeepEqual(first.out, second.out) {
-		tb.Errorf("activitytest: %s: %d effects for one intent, want 1; the second attempt returned %+v (error %v), the first %+v", PathConcurrent, n, second.out, second.err, first.out)
+	if t := r.fx.tally(r.fx.since(before)); t.n != 1 || second.err != nil || !reflect.DeepEqual(first.out, second.out) {
+		tb.Errorf("activitytest: %s: %d effects for one intent, want 1%s; the second attempt returned %+v (error %v), the first %+v", PathConcurrent, t.n, t.note, second.out, second.err, first.out)
 	}
 }
