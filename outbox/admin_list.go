@@ -189,7 +189,8 @@ func selectMessages(table string, f ListFilter, lock string) (query, error) {
 		args = append(args, v)
 		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
 	}
-	// The states are literals (validated above), so that they match the indexes' predicates.
+	// The states are literals (validated above), so that even a generic plan matches the
+	// partial indexes' predicates: TestListFindsStuckMessagesByTheIndex.
 	switch f.State {
 	case "":
 		where = append(where, "state <> 'delivered'")
