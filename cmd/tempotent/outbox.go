@@ -134,6 +134,8 @@ with escapes: it is the producer's, and may hold anything.`)
 		if err != nil {
 			return outboxRefusal(err)
 		}
+		// The audit log is one table for every operator action; its target is a receipt's token or,
+		// for the outbox's actions (named "outbox.…"), the message's ID.
 		audit, err := s.op.Audit(ctx, keys.Token(m.ID))
 		if err != nil {
 			return err
