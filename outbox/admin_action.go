@@ -150,8 +150,14 @@ func (o *Outbox) act(ctx context.Context, verb, id string, a Action, change stri
 		return nil
 	}
 	m, err := o.Get(ctx, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNoMessage):
+		return err
+	case err != nil:
 		return fmt.Errorf("outbox: %s: %w", verb, err)
+	case m.State == StateDead:
+		// Requeued by someone else and dead again between the two statements.
+		return fmt.Errorf("%w: %q changed while this %s ran; look at it again (tempotent outbox show)", ErrNotDead, id, verb)
 	}
 	return fmt.Errorf("%w: %q is %s; only a dead message can be requeued or discarded (tempotent outbox list --state dead)",
 		ErrNotDead, id, m.State)
