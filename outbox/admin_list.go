@@ -95,6 +95,10 @@ type StoredMessage struct {
 	// hold what a downstream said, so escape it before printing it to a terminal.
 	LastError   string
 	DeliveredAt *time.Time
+	// BlockedBy is the ID of the first dead message before this one on its ordering key, which
+	// holds it back until it is requeued or discarded; "" when none does (and for a delivered
+	// message).
+	BlockedBy string
 	// Headers and Payload are filled by Get only; List leaves them nil. Both are the
 	// producer's, as put: escape them before printing them.
 	Headers map[string]string
@@ -128,7 +132,7 @@ func (o *Outbox) List(ctx context.Context, f ListFilter) (Page, error) {
 // Get returns the message with id, its headers and payload included, in whatever state it is;
 // ErrNoMessage if the outbox holds none.
 func (o *Outbox) Get(ctx context.Context, id string) (StoredMessage, error) {
-	rows, err := o.db.Query(ctx, `SELECT `+storedColumns+`, headers, payload FROM `+o.table+` WHERE id = $1`, id)
+	rows, err := o.db.Query(ctx, `SELECT `+storedColumns(o.table)+`, headers, payload FROM `+o.table+` m WHERE id = $1`, id)
 	if err != nil {
 		return StoredMessage{}, fmt.Errorf("outbox: get %q: %w", id, err)
 	}
@@ -147,13 +151,20 @@ func (o *Outbox) Get(ctx context.Context, id string) (StoredMessage, error) {
 }
 
 // storedColumns are the columns of a StoredMessage but its headers and payload, in the order of
-// StoredMessage.fields.
-const storedColumns = `seq, id, topic, coalesce(ordering_key, ''), state, attempts, created_at, available_at,
-	coalesce(last_error, ''), delivered_at`
+// StoredMessage.fields, read from table under the alias m. BlockedBy is looked up through the
+// index of undelivered messages by ordering key, one probe per message listed.
+func storedColumns(table string) string {
+	return `m.seq, m.id, m.topic, coalesce(m.ordering_key, ''), m.state, m.attempts, m.created_at, m.available_at,
+	coalesce(m.last_error, ''), m.delivered_at,
+	CASE WHEN m.state <> 'delivered' AND m.ordering_key IS NOT NULL THEN coalesce((
+		SELECT e.id FROM ` + table + ` e
+		WHERE e.ordering_key = m.ordering_key AND e.seq < m.seq AND e.state <> 'delivered' AND e.state = 'dead'
+		ORDER BY e.seq LIMIT 1), '') ELSE '' END`
+}
 
 func (m *StoredMessage) fields() []any {
 	return []any{&m.Seq, &m.ID, &m.Topic, &m.OrderingKey, &m.State, &m.Attempts, &m.CreatedAt, &m.AvailableAt,
-		&m.LastError, &m.DeliveredAt}
+		&m.LastError, &m.DeliveredAt, &m.BlockedBy}
 }
 
 func scanStored(row pgx.CollectableRow) (StoredMessage, error) {
@@ -226,7 +237,7 @@ func selectMessages(table string, f ListFilter, lock string) (query, error) {
 	if f.Newest {
 		order = "seq DESC"
 	}
-	sql := `SELECT ` + storedColumns + ` FROM ` + table
+	sql := `SELECT ` + storedColumns(table) + ` FROM ` + table + ` m`
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}

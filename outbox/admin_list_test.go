@@ -31,7 +31,7 @@ type seeded struct {
 func seedOutbox(t *testing.T, ctx context.Context, o *outbox.Outbox, name string, rng *rand.Rand, n int) []seeded {
 	t.Helper()
 	topics := []string{"order.placed", "order.paid", "refund"}
-	keyset := []string{"", "", "cust-1", "cust-2"}
+	keyset := []string{"", "", "", "cust-1", "cust-2", "cust-3", "cust-4", "cust-5", "cust-6", "cust-7", "cust-8"}
 	states := []string{outbox.StatePending, outbox.StateDead, outbox.StateDead, outbox.StateDelivered}
 	errs := []string{"", "HTTP 503 Service Unavailable", "connection refused", "http 400: bad %_request"}
 	var ms []seeded
@@ -74,13 +74,28 @@ func reference(ms []seeded, f outbox.ListFilter) []string {
 	return ids
 }
 
+// blocker is the first dead message before the undelivered message id on its ordering key.
+func blocker(ms []seeded, id string) string {
+	i := slices.IndexFunc(ms, func(m seeded) bool { return m.id == id })
+	m := ms[i]
+	if m.key == "" || m.state == outbox.StateDelivered {
+		return ""
+	}
+	for _, e := range ms[:i] {
+		if e.key == m.key && e.state == outbox.StateDead {
+			return e.id
+		}
+	}
+	return ""
+}
+
 // randomFilter draws a filter over the values seedOutbox uses, and some that match nothing.
 func randomFilter(rng *rand.Rand) outbox.ListFilter {
 	pick := func(vals ...string) string { return vals[rng.IntN(len(vals))] }
 	f := outbox.ListFilter{
 		State:         pick("", "", outbox.StatePending, outbox.StateDead, outbox.StateDelivered, outbox.StateAll),
 		Topic:         pick("", "", "order.placed", "refund", "nope"),
-		Key:           pick("", "", "cust-1", "cust-2"),
+		Key:           pick("", "", "cust-1", "cust-2", "cust-9"),
 		ErrorContains: pick("", "", "503", "REFUSED", "%_", "_", "http"),
 		Newest:        rng.IntN(2) == 0,
 		Limit:         rng.IntN(8),
@@ -94,8 +109,8 @@ func randomFilter(rng *rand.Rand) outbox.ListFilter {
 	return f
 }
 
-// listAll walks List's pages from the first and returns the IDs in order, checking each page's
-// size against the limit.
+// listAll walks List's pages from the first and returns the IDs in order, each with the message
+// blocking it ("id<blocker"), checking each page's size against the limit.
 func listAll(t *testing.T, ctx context.Context, o *outbox.Outbox, f outbox.ListFilter) []string {
 	t.Helper()
 	limit := f.Limit
@@ -109,7 +124,7 @@ func listAll(t *testing.T, ctx context.Context, o *outbox.Outbox, f outbox.ListF
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(page.Messages), limit)
 		for _, m := range page.Messages {
-			ids = append(ids, m.ID)
+			ids = append(ids, m.ID+"<"+m.BlockedBy)
 			require.Nil(t, m.Payload, "List returned a payload")
 		}
 		if page.Next == 0 {
@@ -135,7 +150,10 @@ func TestListMatchesReference(t *testing.T) {
 	ms := seedOutbox(t, ctx, o, name, rng, 120)
 	for i := range 150 {
 		f := randomFilter(rng)
-		want := reference(ms, f)
+		var want []string
+		for _, id := range reference(ms, f) {
+			want = append(want, id+"<"+blocker(ms, id))
+		}
 		require.Equal(t, want, listAll(t, ctx, o, f), "seed %d, filter %d: %+v", seed, i, f)
 	}
 }

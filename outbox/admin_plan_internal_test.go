@@ -72,6 +72,8 @@ func TestListFindsStuckMessagesByTheIndex(t *testing.T) {
 		got := plan(q, " LIMIT 101")
 		require.NotContains(t, got, "Seq Scan", "%s reads the outbox whole:\n%s", what, got)
 		require.Contains(t, got, "outbox_undelivered_idx", "List of %s does not read the undelivered index:\n%s", what, got)
+		// BlockedBy: one probe of the key's index per message.
+		require.Contains(t, got, "outbox_ordering_idx", "List of %s looks for the blocking message without the ordering index:\n%s", what, got)
 	}
 	q, err := selectMessages(table, ListFilter{State: StateDead}, "FOR UPDATE SKIP LOCKED")
 	require.NoError(t, err)

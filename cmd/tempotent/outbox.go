@@ -104,9 +104,13 @@ printed quoted, with escapes, when it holds anything a terminal would act on.`)
 	})
 }
 
-// messageState is a message's state, with when a pending one may be tried next.
+// messageState is a message's state, with the dead message that holds it back, or when a
+// pending one may be tried next.
 func messageState(m outbox.StoredMessage) string {
-	if m.State == outbox.StatePending && time.Until(m.AvailableAt) > 0 {
+	switch {
+	case m.BlockedBy != "":
+		return m.State + " (behind dead " + safe(m.BlockedBy) + ")"
+	case m.State == outbox.StatePending && time.Until(m.AvailableAt) > 0:
 		return "pending (retry " + relative(m.AvailableAt) + ")"
 	}
 	return m.State
@@ -160,7 +164,10 @@ with escapes: it is the producer's, and may hold anything.`)
 		line("topic", "%s", safe(m.Topic))
 		line("ordering key", "%s", orDash(safe(m.OrderingKey)))
 		line("state", "%s", messageState(m))
-		if m.State == outbox.StateDead {
+		switch {
+		case m.BlockedBy != "":
+			line("to do", "settle the dead message ahead of it on its key first: tempotent outbox show %s", safe(m.BlockedBy))
+		case m.State == outbox.StateDead:
 			line("to do", "fix the cause, then: tempotent outbox requeue %s --reason WHY (or discard it)", safe(m.ID))
 		}
 		line("attempts", "%d", m.Attempts)
@@ -247,12 +254,20 @@ message that is not dead, or not there, is refused (exit 3) and nothing is recor
 		if err != nil {
 			return outboxRefusal(err)
 		}
-		fmt.Fprintf(a.stdout, "%s %d dead messages (audit: %d rows of outbox.%s by %s)\n", done, n, n, verb, safe(act.By))
+		fmt.Fprintf(a.stdout, "%s %s (audit: %s of outbox.%s by %s)\n", done, counted(n, "dead message"), counted(n, "row"), verb, safe(act.By))
 		if n == int64(filter.Limit) {
 			fmt.Fprintf(a.stdout, "--limit %d reached: more may match; run the same command again\n", filter.Limit)
 		}
 		return nil
 	})
+}
+
+// counted is "1 thing" or "n things".
+func counted(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // filterGiven reports whether a flag that selects messages was given.
@@ -279,6 +294,7 @@ type messageJSON struct {
 	AvailableAt time.Time         `json:"available_at"`
 	LastError   string            `json:"last_error,omitempty"`
 	DeliveredAt *time.Time        `json:"delivered_at,omitempty"`
+	BlockedBy   string            `json:"blocked_by,omitempty"`
 	Headers     map[string]string `json:"headers,omitempty"`
 	// PayloadBytes is the payload's size (show only); Payload is the payload itself, base64
 	// (show --payload only).
@@ -289,7 +305,8 @@ type messageJSON struct {
 
 func messageToJSON(m outbox.StoredMessage, shown, withPayload bool) messageJSON {
 	j := messageJSON{Seq: m.Seq, ID: m.ID, Topic: m.Topic, OrderingKey: m.OrderingKey, State: m.State, Attempts: m.Attempts,
-		CreatedAt: m.CreatedAt, AvailableAt: m.AvailableAt, LastError: m.LastError, DeliveredAt: m.DeliveredAt, Headers: m.Headers}
+		CreatedAt: m.CreatedAt, AvailableAt: m.AvailableAt, LastError: m.LastError, DeliveredAt: m.DeliveredAt, BlockedBy: m.BlockedBy,
+		Headers: m.Headers}
 	if shown {
 		n := len(m.Payload)
 		j.PayloadBytes = &n
