@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -189,4 +190,52 @@ func TestBulkActionsMatchList(t *testing.T) {
 	st, err := o.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Dead)
+}
+
+// TestConcurrentBulkActionsSplitTheWork: two operators requeue the same dead messages at once, a
+// small batch at a time, until neither finds any: every message is requeued once, with one audit
+// row, whoever took it.
+func TestConcurrentBulkActionsSplitTheWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, name := setup(t, nil)
+	var ids []string
+	var msgs []outbox.Message
+	for i := range 200 {
+		id := "m" + strconv.Itoa(i)
+		ids = append(ids, id)
+		msgs = append(msgs, outbox.Message{ID: id, Topic: "t"})
+	}
+	put(t, ctx, o, msgs...)
+	kill(t, name, "boom", ids...)
+
+	totals := make([]int64, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, by := range []string{"alice", "bob"} {
+		wg.Go(func() {
+			for {
+				n, err := o.RequeueDead(ctx, outbox.ListFilter{Limit: 7}, outbox.Action{By: by, Reason: "fixed"})
+				if err != nil || n == 0 {
+					errs[i] = err
+					return
+				}
+				totals[i] += n
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.Equal(t, int64(200), totals[0]+totals[1])
+	st, err := o.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Pending: 200}, outbox.Stats{Pending: st.Pending, Dead: st.Dead})
+	var targets []string
+	for _, r := range auditRows(t, name) {
+		targets = append(targets, r.Target)
+	}
+	slices.Sort(targets)
+	slices.Sort(ids)
+	require.Equal(t, ids, targets, "each requeued message has exactly one audit row")
 }
