@@ -13,7 +13,7 @@ import (
 type Stats struct {
 	Pending       int64         // messages not delivered yet, dead ones aside
 	OldestPending time.Duration // age of the oldest of them; 0 when there are none
-	Dead          int64         // messages parked as dead, waiting for Requeue or Discard
+	Dead          int64         // messages parked as dead, waiting for RequeueMessage or DiscardMessage
 }
 
 // Stats counts the backlog, by the database's clock.
@@ -66,32 +66,6 @@ func (o *Outbox) Prune(ctx context.Context, limit int) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// ErrNotDead is matched by the errors of Requeue and Discard for a message that is not dead.
+// ErrNotDead is matched by the errors of RequeueMessage and DiscardMessage (and of the deprecated
+// Requeue and Discard) for a message that is not dead: nothing changed.
 var ErrNotDead = errors.New("outbox: message is not dead")
-
-// Requeue gives a dead message a fresh set of attempts, to be delivered at once: after the cause
-// of its failures is fixed.
-func (o *Outbox) Requeue(ctx context.Context, id string) error {
-	tag, err := o.db.Exec(ctx, `UPDATE `+o.table+` SET state = 'pending', attempts = 0, available_at = now(), lease_until = NULL
-		WHERE id = $1 AND state = 'dead'`, id)
-	if err != nil {
-		return fmt.Errorf("outbox: requeue %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q is not a dead message of this outbox (pending, delivered, pruned, or never put)", ErrNotDead, id)
-	}
-	return nil
-}
-
-// Discard deletes a dead message without delivering it, releasing the messages of its ordering
-// key that wait behind it.
-func (o *Outbox) Discard(ctx context.Context, id string) error {
-	tag, err := o.db.Exec(ctx, `DELETE FROM `+o.table+` WHERE id = $1 AND state = 'dead'`, id)
-	if err != nil {
-		return fmt.Errorf("outbox: discard %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q is not a dead message of this outbox (pending, delivered, pruned, or never put)", ErrNotDead, id)
-	}
-	return nil
-}

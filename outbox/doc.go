@@ -32,7 +32,7 @@
 // their leases hold (see Dispatcher). They wake on Put's NOTIFY, through one LISTEN connection
 // per pool outside it, poll as a fallback, and prune delivered messages after the outbox's
 // retention. Messages with an OrderingKey are delivered one at a time per key in commit order; a
-// dead one holds its key until Requeue or Discard.
+// dead one holds its key until it is requeued or discarded.
 //
 // Delivery is at least once: a dispatcher that dies after publishing and before marking
 // publishes again after the lease. Publishers pass the message ID on so that the receiver absorbs
@@ -42,6 +42,9 @@
 // # Operating it
 //
 // Stats gives the backlog, the oldest pending message's age and the dead count (also reported as
-// gauges by running dispatchers, see the Metric constants); Requeue and Discard settle dead
-// messages. The worker package runs a dispatcher inside a worker (worker.Env.Dispatch).
+// gauges by running dispatchers, see the Metric constants). List and Get show what is stuck;
+// RequeueMessage and DiscardMessage settle a dead message, RequeueDead and DiscardDead those a
+// ListFilter selects, each recording who and why (Action) in the audit log in the statement that
+// makes the change. The tempotent command does the same: tempotent outbox list, show, requeue,
+// discard. The worker package runs a dispatcher inside a worker (worker.Env.Dispatch).
 package outbox

@@ -58,6 +58,12 @@ func (a *app) commands() []command {
 		{"receipts rearm", "run a receipt that failed for good again, once its cause is fixed: --reason WHY", a.rearm},
 		{"receipts partition", "partition receipts by day, so that purge drops days instead of rows", a.partition},
 		{"purge", "delete receipts past their retention (drop whole days, if partitioned); never an unresolved one", a.purge},
+		{"outbox list", "list outbox messages (default pending and dead) with filters; paged", a.outboxList},
+		{"outbox show", "every field of an outbox message, its audit records; --payload prints its payload, escaped", a.outboxShow},
+		{"outbox requeue", "deliver a dead message (or --all-dead matching filters) again: --reason WHY", a.outboxRequeue},
+		{"outbox discard", "delete a dead message (or --all-dead matching filters) undelivered: --reason WHY", a.outboxDiscard},
+		{"inbox", "count inbox records per consumer, or list one's (--consumer)", a.inbox},
+		{"webhooks", "count the deliveries each webhook intake accepted, or list one's (--source)", a.webhooks},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
 		{"doctor", "check schema version, indexes, clock skew, retention against key memory", a.doctor},
@@ -82,9 +88,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err := c.run(ctx, args[len(words):])
 		return a.exit(c.name, err)
 	}
-	if args[0] == "receipts" {
+	switch args[0] {
+	case "receipts":
 		fmt.Fprintf(stderr, "tempotent receipts: give list, show, resolve, rearm or partition\n\n")
-	} else {
+	case "outbox":
+		fmt.Fprintf(stderr, "tempotent outbox: give list, show, requeue or discard\n\n")
+	default:
 		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
 	}
 	a.usage(stderr)
@@ -99,7 +108,7 @@ func (a *app) usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configured like the worker: DATABASE_URL (or --database-url), TEMPOTENT_SCHEMA (or --schema).")
-	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 wrong command line, 3 refused (no such receipt, not unresolved, not failed), 4 doctor found a problem.")
+	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed, 2 wrong command line, 3 refused (no such receipt or message, not unresolved, not failed, not dead), 4 doctor found a problem.")
 }
 
 // usageError is a wrong command line: exit 2.
