@@ -28,14 +28,15 @@ type AuditEntry struct {
 	At time.Time
 	// Actor is who acted, as they named themselves (Resolution.By, Rearming.By).
 	Actor string
-	// Action is AuditResolve or AuditRearm.
+	// Action is AuditResolve or AuditRearm for a receipt; "outbox.requeue" or "outbox.discard"
+	// for an outbox message (outbox.RequeueMessage, outbox.DiscardMessage).
 	Action string
-	// Target is the receipt's token.
+	// Target is the receipt's token, or the outbox message's ID.
 	Target string
 	Reason string
 	// Detail is what the action changed, as JSON: {"applied": bool} for a resolution; for a
 	// re-arm, the failure it cleared ({"error_type", "error_message", "fence", "attempts",
-	// "failed_at"}).
+	// "failed_at"}); for an outbox action, the attempts and last error it cleared.
 	Detail json.RawMessage
 }
 
