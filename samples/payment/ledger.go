@@ -29,7 +29,7 @@ func keepLedger(db *pgxpool.Pool, ib *inbox.Inbox) http.Handler {
 			return
 		}
 		var ev providerEvent
-		if err := json.Unmarshal(body, &ev); err != nil || ev.Data.Object.ID == "" {
+		if err := json.Unmarshal(body, &ev); err != nil || ev.ID == "" || ev.Data.Object.ID == "" {
 			http.Error(w, "not a charge event", http.StatusBadRequest)
 			return
 		}
@@ -38,7 +38,9 @@ func keepLedger(db *pgxpool.Pool, ib *inbox.Inbox) http.Handler {
 			w.WriteHeader(http.StatusNoContent) // not about a charge's status
 			return
 		}
-		id, charge, order := r.Header.Get("Idempotency-Key"), ev.Data.Object.ID, ev.Data.Object.Description
+		// The inbox deduplicates on the provider's event ID, as a webhook consumer does: every
+		// delivery of one event carries it, whichever way it came.
+		id, charge, order := ev.ID, ev.Data.Object.ID, ev.Data.Object.Description
 		status := ev.Type[len("charge."):]
 		// The object is the charge, named with its order: fakepay numbers its charges from 1 in
 		// each instance (Stripe's IDs are unique), and the demo's runs share the tables.

@@ -150,7 +150,8 @@ type notice struct {
 // edgeURL and then to the order's workflow as an update whose ID is the event's message ID
 // (Temporal runs it once): a delivery that reached the ledger and failed at the workflow is
 // delivered to both again, and the ledger's inbox absorbs it. Reservation messages go to the
-// shipment notifier at edgeURL. The message ID is the Idempotency-Key of both HTTP consumers.
+// shipment notifier at edgeURL, the message ID as Idempotency-Key, which the notifier
+// deduplicates on (the ledger, on the provider's event ID).
 func Publishers(c client.Client, edgeURL string) (events, reservations outbox.Publisher) {
 	ledger := &outbox.HTTPPublisher{URL: strings.TrimSuffix(edgeURL, "/") + PathCharges}
 	workflows := &outbox.TemporalPublisher{Client: c, Route: routeEvent}
