@@ -14,6 +14,11 @@
 // a retryable InProgressError. The same ID with another payload is ErrMismatch. Claim does the
 // same inside a transaction the consumer already holds.
 //
+// The inbox does not order messages. For events that arrive out of order (a provider's
+// webhooks), Newer, called in the same transaction, records per object the newest version
+// applied and reports whether this event's version is newer: apply it only then, so that a
+// late, older event does not undo a newer one.
+//
 // The inbox shares the receipts' conventions: tempotent's schema and migrations
 // (migrate.Up creates its table), the database's clock, errors typed for Temporal (ErrType
 // constants), and metrics through a Temporal metrics handler. Records are kept for

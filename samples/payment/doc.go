@@ -8,5 +8,8 @@
 // attempt that died did, rather than charging again. A PayoutWorkflow pays many sellers in one
 // batch activity (PayOut, activity.ForEach): each seller under a receipt of its own, so a
 // retry after a crash pays the sellers left and nobody twice; Seller.Note is left out of the
-// fingerprint with a struct tag. The demo package runs it all end to end (make demo).
+// fingerprint with a struct tag. Its messages (Edge) go to two inbox consumers: the shipment
+// notifier, once per reservation message, and the charge ledger, which keeps each charge's
+// status from the provider's webhooks, applying an event only if it is newer (inbox.Newer):
+// they arrive out of order. The demo package runs it all end to end (make demo).
 package payment

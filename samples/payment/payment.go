@@ -211,6 +211,21 @@ CREATE TABLE IF NOT EXISTS payment_sample.duplicates (
 	message_id text NOT NULL,
 	order_id   text NOT NULL,
 	seen_at    timestamptz NOT NULL DEFAULT now());
+-- The charge ledger's own writes: each charge's status, from the newest of the provider's
+-- events about it (inbox.Newer), and the events it skipped as older than the status it held.
+CREATE TABLE IF NOT EXISTS payment_sample.charges (
+	order_id   text NOT NULL,
+	charge_id  text NOT NULL,
+	status     text NOT NULL,
+	event_id   text NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (order_id, charge_id));
+CREATE TABLE IF NOT EXISTS payment_sample.stale_events (
+	event_id  text NOT NULL,
+	charge_id text NOT NULL,
+	order_id  text NOT NULL,
+	status    text NOT NULL,
+	seen_at   timestamptz NOT NULL DEFAULT now());
 INSERT INTO payment_sample.stock VALUES ('widget', 1000000000) ON CONFLICT DO NOTHING;`)
 	if err != nil {
 		return fmt.Errorf("migrate the payment sample's tables: %w", err)

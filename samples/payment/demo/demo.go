@@ -24,6 +24,7 @@ import (
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/downstream/fakepay"
+	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/freeport"
 	"github.com/tempotent/tempotent/internal/proc"
 	"github.com/tempotent/tempotent/samples/payment"
@@ -100,18 +101,22 @@ type Messages struct {
 	AsyncSettled      int // charges answered "processing" whose workflow got their confirmation once
 	OutboxMessages    int // reservation messages put
 	OutboxDelivered   int
-	ConsumerDups      int // deliveries the shipment notifier acknowledged without running
+	ConsumerDups      int // deliveries the consumers (notifier, charge ledger) acknowledged without running
+	NotifierDups      int // of those, the shipment notifier's: reservation messages delivered again
 	ProcessedOnce     int // reservation messages the notifier processed exactly once
-	// Invariants: both must be 0.
-	ProcessedTwice int // an event a workflow received twice, or a message the notifier processed twice
-	Lost           int // an async charge whose workflow never got its confirmation, or a message never delivered or processed
+	ChargesKept       int // this run's charges in the charge ledger
+	StaleSkipped      int // provider events the ledger skipped as older than the status it held (inbox.Newer)
+	// Invariants: all must be 0.
+	ChargeStatusWrong int // a charge whose status in the ledger is not the provider's
+	ProcessedTwice    int // an event a workflow received twice, or a message the notifier processed twice
+	Lost              int // an async charge whose workflow never got its confirmation, or a message never delivered or processed
 }
 
 // OK reports whether the invariants hold.
 func (s Summary) OK() bool {
 	return s.DuplicateCharges == 0 && s.MissedRefunds == 0 && s.StuckReceipts == 0 && s.Unresolved == 0 &&
 		s.PayeesPaidTwice == 0 && s.PayeesUnpaid == 0 &&
-		s.Messages.ProcessedTwice == 0 && s.Messages.Lost == 0
+		s.Messages.ProcessedTwice == 0 && s.Messages.Lost == 0 && s.Messages.ChargeStatusWrong == 0
 }
 
 // Run runs the demo and returns its summary.
@@ -154,7 +159,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	fmt.Fprintf(o.Out, "building the worker and fakepay into %s\n", dir)
 	workerBin, fakepayBin := filepath.Join(dir, "worker"), filepath.Join(dir, "fakepay")
 	for bin, pkg := range map[string]string{workerBin: proc.SampleWorker, fakepayBin: proc.Fakepay} {
-		if err := proc.Build(ctx, bin, pkg); err != nil {
+		if err := proc.Build(ctx, bin, pkg, failpoint.Tag); err != nil { // the worker's failpoint: see redeliverPoint
 			return Summary{}, err
 		}
 	}
@@ -193,7 +198,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		"CARRIER_URL=" + carrier.URL,
 		"TEMPOTENT_HTTP_ADDR=" + edgeAddr,
 		"FAKEPAY_WEBHOOK_SECRET=" + webhookSecret,
+		"TEMPOTENT_OUTBOX_LEASE=" + outboxLease,
 	}}
+	if o.Mix.WorkerRestarts > 0 {
+		w.arm = newReachedWatch() // the first worker is killed between a publish and its mark
+	}
 	if err := w.start(); err != nil {
 		return Summary{}, err
 	}
@@ -350,10 +359,12 @@ func (s Summary) print(out io.Writer) {
 		{"webhooks stored / to workflows", fmt.Sprintf("%d / %d", s.Messages.WebhooksStored, s.Messages.EventsToWorkflows)},
 		{"async charges settled once", fmt.Sprint(s.Messages.AsyncSettled)},
 		{"outbox messages / delivered", fmt.Sprintf("%d / %d", s.Messages.OutboxMessages, s.Messages.OutboxDelivered)},
-		{"consumer duplicates absorbed", fmt.Sprint(s.Messages.ConsumerDups)},
+		{"consumer duplicates absorbed", fmt.Sprintf("%d (notifier %d)", s.Messages.ConsumerDups, s.Messages.NotifierDups)},
 		{"messages processed once", fmt.Sprint(s.Messages.ProcessedOnce)},
 		{"EVENTS PROCESSED TWICE", mark(s.Messages.ProcessedTwice)},
 		{"EVENTS LOST", mark(s.Messages.Lost)},
+		{"ledger charges / stale events", fmt.Sprintf("%d / %d", s.Messages.ChargesKept, s.Messages.StaleSkipped)},
+		{"CHARGE STATUS WRONG", mark(s.Messages.ChargeStatusWrong)},
 		{"saga latency p50 / p95", fmt.Sprintf("%v / %v", s.P50.Round(time.Millisecond), s.P95.Round(time.Millisecond))},
 	}
 	fmt.Fprintln(out)
@@ -474,8 +485,13 @@ func runOrders(ctx context.Context, c client.Client, queue string, orders []paym
 	defer tick.Stop()
 	for {
 		n := int(done.Load())
-		// Kill the worker when the run crosses each of `restarts` evenly spaced marks.
-		if restarted < restarts && n >= (restarted+1)*len(orders)/(restarts+2) {
+		// Kill the worker when the run crosses each of `restarts` evenly spaced marks; the
+		// first, armed worker when it has published a message and not marked it.
+		due := n >= (restarted+1)*len(orders)/(restarts+2)
+		if restarted == 0 && w.armed != nil {
+			due = w.reached()
+		}
+		if restarted < restarts && due {
 			w.kill()
 			restarted++
 			time.Sleep(500 * time.Millisecond)
@@ -517,6 +533,9 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 type workerProc struct {
 	bin, log string
 	env      []string
+	// arm, if set, arms the next start's failpoint (redeliverPoint), and watches for it; armed
+	// is that start's watch.
+	arm, armed *reachedWatch
 
 	mu sync.Mutex
 	p  *proc.Process
@@ -530,6 +549,11 @@ func (w *workerProc) start() error {
 	cmd := exec.Command(w.bin)
 	cmd.Env = append(os.Environ(), w.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if w.arm != nil {
+		cmd.Env = append(cmd.Env, failpoint.EnvVar+"="+redeliverPoint+"=pause")
+		cmd.Stderr = io.MultiWriter(logf, w.arm)
+		w.armed, w.arm = w.arm, nil
+	}
 	p, err := proc.Start(cmd)
 	if err != nil {
 		return fmt.Errorf("start the worker: %w", err)
@@ -538,6 +562,16 @@ func (w *workerProc) start() error {
 	w.p = p
 	w.mu.Unlock()
 	return nil
+}
+
+// reached reports whether the armed worker reached its failpoint.
+func (w *workerProc) reached() bool {
+	select {
+	case <-w.armed.reached:
+		return true
+	default:
+		return false
+	}
 }
 
 // kill sends SIGKILL: no chance to finish anything, as a crash.

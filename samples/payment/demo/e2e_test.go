@@ -15,9 +15,11 @@ import (
 )
 
 // TestEndToEnd runs the demo's path with a few orders against the real Temporal dev server, the
-// real Postgres, fakepay processes and a worker process that is SIGKILLed once mid-run. It
-// fails if any order has two charges, a compensated order's charge was not refunded, or a
-// receipt is left pending.
+// real Postgres, fakepay processes and a worker process that is SIGKILLed once, between a
+// message's publish and its mark. It fails if any order has two charges, a compensated order's
+// charge was not refunded, a receipt is left pending, a message was processed twice or lost, no
+// redelivery reached a consumer's inbox, or the charge ledger holds a status that is not the
+// provider's.
 func TestEndToEnd(t *testing.T) {
 	cli, err := filepath.Abs("../../../bin/temporal")
 	require.NoError(t, err)
@@ -56,6 +58,14 @@ func TestEndToEnd(t *testing.T) {
 	m := sum.Messages
 	require.Zero(t, m.ProcessedTwice, "events processed twice")
 	require.Zero(t, m.Lost, "events lost")
+	// The first worker was killed after the notifier committed a message and before the
+	// dispatcher marked it: the next one delivered it again, and the inbox absorbed it.
+	require.Positive(t, m.NotifierDups, "the notifier absorbed no redelivery, so the kill between publish and mark proved nothing")
+	require.GreaterOrEqual(t, m.ConsumerDups, m.NotifierDups)
+	// The charge ledger kept each charge's status from the provider's events, whatever their
+	// order (inbox.Newer).
+	require.Zero(t, m.ChargeStatusWrong, "charges whose status in the ledger is not the provider's")
+	require.Equal(t, sum.Charges, m.ChargesKept, "charges missing from the charge ledger")
 	require.Equal(t, 1, m.AsyncSettled, "the charge answered processing was not confirmed to its workflow")
 	require.Equal(t, m.WebhookEvents, m.WebhooksStored, "every provider event stored once")
 	require.Greater(t, m.WebhookDeliveries, m.WebhookEvents, "no webhook was delivered twice, so the intake's deduplication went untested")

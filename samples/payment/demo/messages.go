@@ -95,7 +95,55 @@ func (s *Summary) countMessages(ctx context.Context, env *worker.Env, paymentsUR
 	m.ProcessedTwice += processed - m.ProcessedOnce
 	m.Lost += max(m.OutboxMessages-processed, 0) // put, never processed
 	if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM payment_sample.duplicates WHERE order_id = ANY ($1)", ids).Scan(&m.ConsumerDups); err != nil {
+		return fmt.Errorf("count the consumers' duplicates: %w", err)
+	}
+	err = env.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_sample.duplicates d JOIN `+schema+`.inbox i USING (message_id)
+		WHERE i.consumer = $2 AND d.order_id = ANY ($1)`, ids, payment.Consumer).Scan(&m.NotifierDups)
+	if err != nil {
 		return fmt.Errorf("count the notifier's duplicates: %w", err)
+	}
+	return m.countLedger(ctx, env, ledger, ids)
+}
+
+// countLedger compares the charge ledger, kept from the provider's events in whatever order
+// they came, with the provider's own ledger: each of the run's charges must have the status
+// the provider gives it, refunded, succeeded or failed.
+func (m *Messages) countLedger(ctx context.Context, env *worker.Env, provider fakepay.Ledger, ids []string) error {
+	if err := env.Pool.QueryRow(ctx, "SELECT count(*) FROM payment_sample.stale_events WHERE order_id = ANY ($1)", ids).Scan(&m.StaleSkipped); err != nil {
+		return fmt.Errorf("count the ledger's stale events: %w", err)
+	}
+	rows, err := env.Pool.Query(ctx, "SELECT charge_id, status FROM payment_sample.charges WHERE order_id = ANY ($1)", ids)
+	if err != nil {
+		return fmt.Errorf("read the charge ledger: %w", err)
+	}
+	kept := map[string]string{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			rows.Close()
+			return err
+		}
+		kept[id] = status
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the charge ledger: %w", err)
+	}
+	m.ChargesKept = len(kept)
+	ours := map[string]bool{}
+	for _, id := range ids {
+		ours[id] = true
+	}
+	for _, c := range provider.Charges {
+		if !ours[c.Description] || c.Status == "processing" {
+			continue // not this run's, or not settled: no event yet
+		}
+		want := c.Status
+		if c.Refunded {
+			want = "refunded"
+		}
+		if kept[c.ID] != want {
+			m.ChargeStatusWrong++
+		}
 	}
 	return nil
 }

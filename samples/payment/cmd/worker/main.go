@@ -32,7 +32,7 @@ func main() {
 	paymentsURL := flag.String("payments-url", os.Getenv("FAKEPAY_URL"), "payment provider (fakepay API); empty starts one in this process (env FAKEPAY_URL)")
 	carrierURL := flag.String("carrier-url", os.Getenv("CARRIER_URL"), "shipping carrier (fakepay API); empty starts one in this process (env CARRIER_URL)")
 	lookupURL := flag.String("lookup-url", os.Getenv("LOOKUP_URL"), "where LegacyCharge's reconcile looks charges up (fakepay API); empty uses the payment provider (env LOOKUP_URL)")
-	httpAddr := flag.String("http-addr", cmp.Or(os.Getenv("TEMPOTENT_HTTP_ADDR"), "127.0.0.1:0"), "where the provider's webhooks and the shipment notifier are served (env TEMPOTENT_HTTP_ADDR)")
+	httpAddr := flag.String("http-addr", cmp.Or(os.Getenv("TEMPOTENT_HTTP_ADDR"), "127.0.0.1:0"), "where the provider's webhooks, the shipment notifier and the charge ledger are served (env TEMPOTENT_HTTP_ADDR)")
 	lease := outbox.LeaseDefault
 	if v := os.Getenv("TEMPOTENT_OUTBOX_LEASE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -70,8 +70,9 @@ func run(cfg worker.Config, paymentsURL, carrierURL, lookupURL, httpAddr, secret
 		}
 	}
 
-	// The provider's webhooks and the shipment notifier, and the dispatchers that deliver the
-	// outbox's messages: webhook events to their workflows, reservations to the notifier.
+	// The provider's webhooks, the shipment notifier and the charge ledger, and the dispatchers
+	// that deliver the outbox's messages: webhook events to the ledger and their workflows,
+	// reservations to the notifier.
 	edge, err := payment.Edge(env.Pool, env.Outbox, secret)
 	if err != nil {
 		return err
