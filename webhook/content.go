@@ -26,6 +26,12 @@ import (
 // A false 409 would cost more than a false duplicate: Stripe retries a non-2xx for three days,
 // then disables the endpoint, while a delivery taken as a duplicate here loses nothing the
 // consumer acts on (the event's data is the same).
+//
+// One limit: past HandlerConfig.Retention the inbox has forgotten the ID, and while the outbox
+// still keeps the delivered message (outbox.Config.Retention) the outbox compares whole bodies,
+// so a redelivery then that differs only in metadata is answered 409. With the defaults (30 days
+// against the outbox's 7 after delivery) that takes a message still undelivered (dead) after 30
+// days.
 var stripeDeliveryMetadata = []string{"pending_webhooks", "request"}
 
 // stripeContent is the Content of a Stripe event whose top-level fields are fields: the object
