@@ -14,7 +14,10 @@
 // A crash before the commit loses nothing (the provider gets no 2xx and retries); a crash after
 // it loses nothing either (the outbox delivers). A forged, stale, oversized or malformed delivery
 // is answered 4xx with nothing stored and nothing started; a replayed one is answered 200 and
-// stored once.
+// stored once (for Stripe, even when only its delivery metadata, pending_webhooks and request,
+// changed), and one under a known ID with another event 409. Settings that cannot work are
+// refused by NewHandler with a *ConfigError; two deployments putting one Source under two
+// Topics are found through the database (ErrTopicConflict).
 //
 // Verifiers: Stripe (the Stripe-Signature scheme), StandardWebhooks (webhook-id,
 // webhook-timestamp, webhook-signature; v1 HMAC-SHA256 with secrets, v1a ed25519 with public keys)

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,13 +68,26 @@ type HandlerConfig struct {
 	//
 	// Deliveries are remembered per tenant and Source, not per Topic: a second handler of the
 	// same Source with another Topic would take every delivery the first has taken as a
-	// duplicate, and its topic would never get it. NewHandler refuses such a handler when the
-	// first was built in the same process on the same database and schema; across processes,
-	// give each endpoint a Source of its own ("stripe-billing", "stripe-shipping").
+	// duplicate, and its topic would never get it. So each endpoint needs a Source of its own
+	// ("stripe-billing", "stripe-shipping"). NewHandler refuses a second topic for a Source when
+	// the first handler was built in the same process on the same database and schema; across
+	// processes, the first handler to take a delivery records its Source's topic in the
+	// schema's webhook_endpoints table, and a handler with another topic answers every
+	// delivery 500 (ErrTopicConflict, logged and counted as MetricFailed with the reason
+	// "topic"), storing nothing, so that the provider retries until the conflict is resolved.
 	Topic string
-	// MaxBodyBytes bounds a body; a larger one is answered 413. Default MaxBodyBytesDefault.
+	// MaxBodyBytes bounds a body; a larger one is answered 413. Default MaxBodyBytesDefault, or
+	// the outbox's MaxPayloadBytes when that is smaller. NewHandler refuses a limit above the
+	// outbox's (a *ConfigError): the body is stored as the message's payload, so a body between
+	// the two would be answered 503 on every retry.
 	MaxBodyBytes int64
-	// Retention is how long delivery IDs are remembered; see RetentionDefault.
+	// Retention is how long delivery IDs are remembered; see RetentionDefault. It must be at
+	// least twice the verifier's signature tolerance (Stripe and StandardWebhooks Tolerance):
+	// a delivery is taken when its signed time is within the tolerance of now, either way, so
+	// its replay passes the verifier for up to twice the tolerance, and must still find its ID.
+	// NewHandler refuses a shorter one (a *ConfigError; for VerifierFor's verifiers, the
+	// request is answered 404). GitHub signs no timestamp: no retention keeps a replay of a
+	// GitHub delivery out for ever (see GitHub), and none is refused.
 	Retention time.Duration
 	// Now is the clock that signature timestamps are checked against. Default time.Now.
 	Now func() time.Time
@@ -94,8 +107,10 @@ type HandlerConfig struct {
 // Answers: 200 for a new delivery and for a duplicate (the provider must stop retrying; nothing
 // is stored twice); 400 for a malformed or stale delivery, 401 for a missing or wrong
 // signature, 404 for an unknown tenant, 405 for a method other than POST, 409 for a known
-// delivery ID with another body, 413 for an oversized body; 503 when the database did not take
-// it, so that the provider retries. Nothing is stored, and nothing started, for any 4xx.
+// delivery ID with another body (its Content: for Stripe, a body that differs only in delivery
+// metadata is a duplicate), 413 for an oversized body; 500 while another handler's Topic holds
+// the Source (ErrTopicConflict); 503 when the database did not take it, so that the provider
+// retries. Nothing is stored, and nothing started, for any 4xx or 5xx.
 type Handler struct {
 	cfg   HandlerConfig
 	db    *pgxpool.Pool
@@ -103,6 +118,9 @@ type Handler struct {
 	inbox *inbox.Inbox
 	log   *slog.Logger
 	met   client.MetricsHandler
+	// claimed is set once the database has recorded this handler's Topic for its Source (see
+	// claimInDatabase); until then, every delivery checks it again.
+	claimed atomic.Bool
 }
 
 var sourcePattern = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
@@ -116,18 +134,28 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	case db == nil || out == nil:
 		return nil, errors.New("webhook.NewHandler: db and the outbox are required")
 	case !sourcePattern.MatchString(cfg.Source):
-		return nil, fmt.Errorf("webhook.NewHandler: Source %q must be 1 to 64 lower-case letters, digits, '.', '_' or '-'", cfg.Source)
+		return nil, &ConfigError{Field: "HandlerConfig.Source", Problem: fmt.Sprintf("%q must be 1 to 64 lower-case letters, digits, '.', '_' or '-'", cfg.Source)}
 	case cfg.Verifier == nil && cfg.VerifierFor == nil:
-		return nil, errors.New("webhook.NewHandler: Verifier is required: webhook.Stripe or webhook.StandardWebhooks with the endpoint's secrets")
-	case cfg.MaxBodyBytes < 0 || cfg.Retention < 0:
-		return nil, errors.New("webhook.NewHandler: MaxBodyBytes and Retention must be positive, or 0 for the default")
+		return nil, &ConfigError{Field: "HandlerConfig.Verifier", Problem: "is required: webhook.Stripe, webhook.StandardWebhooks or webhook.GitHub with the endpoint's secrets"}
+	case cfg.MaxBodyBytes < 0:
+		return nil, &ConfigError{Field: "HandlerConfig.MaxBodyBytes", Problem: fmt.Sprintf("is %d; give a positive limit, or 0 for the default", cfg.MaxBodyBytes)}
+	case cfg.Retention < 0:
+		return nil, &ConfigError{Field: "HandlerConfig.Retention", Problem: fmt.Sprintf("is %v; give a positive duration, or 0 for the default", cfg.Retention)}
 	}
 	if err := validate(cfg.Verifier); err != nil {
 		return nil, fmt.Errorf("webhook.NewHandler: %w", err)
 	}
 	cfg.Topic = cmp.Or(cfg.Topic, "webhook."+cfg.Source)
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, min(MaxBodyBytesDefault, int64(out.MaxPayloadBytes())))
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
+	if err := checkBodyLimit(cfg.MaxBodyBytes, out.MaxPayloadBytes()); err != nil {
+		return nil, err
+	}
+	if cfg.Verifier != nil {
+		if err := checkRetention(cfg.Verifier, cfg.Retention); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -138,48 +166,13 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	if err != nil {
 		return nil, err
 	}
-	if err := claimEndpoint(db, out.Schema(), cfg.Source, cfg.Topic); err != nil {
+	if err := claimInProcess(db, out.Schema(), cfg.Source, cfg.Topic); err != nil {
 		return nil, err
 	}
 	return &Handler{
 		cfg: cfg, db: db, out: out, inbox: ib, met: met,
 		log: cmp.Or(cfg.Logger, slog.Default()).With("component", "tempotent.webhook", "source", cfg.Source),
 	}, nil
-}
-
-// endpoints holds the topic of every Source a handler was built for in this process, per
-// database and schema, for claimEndpoint.
-var endpoints = struct {
-	sync.Mutex
-	topics map[endpointKey]string
-}{topics: map[endpointKey]string{}}
-
-// endpointKey names where a handler remembers its deliveries: the database (by address, not by
-// pool, so that two pools on one database are one), the schema, and the source.
-type endpointKey struct {
-	host     string
-	port     uint16
-	database string
-	schema   string
-	source   string
-}
-
-// claimEndpoint records that source's deliveries in schema go to topic, and refuses a source
-// already recorded with another topic. The inbox's consumer is "webhook/" + source, and the
-// outbox message ID MessageID(source, tenant, id): keying them on the topic too would let
-// deliveries already remembered under the old keys through again after an upgrade, under new
-// message IDs that consumers would not deduplicate; so the handler refuses instead.
-func claimEndpoint(db *pgxpool.Pool, schema, source, topic string) error {
-	c := db.Config().ConnConfig
-	key := endpointKey{host: c.Host, port: c.Port, database: c.Database, schema: schema, source: source}
-	endpoints.Lock()
-	defer endpoints.Unlock()
-	if other, ok := endpoints.topics[key]; ok && other != topic {
-		return fmt.Errorf("webhook.NewHandler: Source %q already has a handler putting its deliveries under topic %q; deliveries are remembered per source, so every delivery one handler takes would be a duplicate to the other, and topic %q would never get it: give each endpoint a Source of its own, such as %q and %q",
-			source, other, topic, source+"-billing", source+"-shipping")
-	}
-	endpoints.topics[key] = topic
-	return nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -216,6 +209,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, status, reason, err.Error())
 		return
 	}
+	if !h.claimed.Load() {
+		if err := claimInDatabase(r.Context(), h.db, h.out.Schema(), h.cfg.Source, h.cfg.Topic); err != nil {
+			h.fail(w, d, tenant, err)
+			return
+		}
+		h.claimed.Store(true)
+	}
 	accepted, err := h.store(r.Context(), tenant, d, body)
 	switch {
 	case errors.Is(err, inbox.ErrMismatch), errors.Is(err, outbox.ErrMismatch):
@@ -224,10 +224,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusConflict, "mismatch", fmt.Sprintf("delivery %s was received before with another body; nothing was stored", d.ID))
 		return
 	case err != nil:
-		h.met.Counter(MetricFailed).Inc(1)
-		h.log.Error("delivery not stored; answering 503 so that the provider retries", "delivery", d.ID, "tenant", tenant, "err", err)
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not stored; retry"})
+		h.fail(w, d, tenant, err)
 		return
 	}
 	if accepted {
@@ -236,6 +233,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.met.Counter(MetricDuplicate).Inc(1)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"received": true, "duplicate": !accepted})
+}
+
+// fail answers a delivery that was not stored: 500 for a topic conflict, which no retry mends
+// until an operator does, and 503 otherwise. Either way the provider retries, and nothing is lost.
+func (h *Handler) fail(w http.ResponseWriter, d Delivery, tenant string, err error) {
+	if errors.Is(err, ErrTopicConflict) {
+		h.met.WithTags(map[string]string{telemetry.MetricTagReason: "topic"}).Counter(MetricFailed).Inc(1)
+		h.log.Error("delivery not stored: this handler's topic conflicts with another handler's; answering 500 so that the provider retries", "delivery", d.ID, "tenant", tenant, "topic", h.cfg.Topic, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "not stored: this endpoint is misconfigured; retry later"})
+		return
+	}
+	h.met.Counter(MetricFailed).Inc(1)
+	h.log.Error("delivery not stored; answering 503 so that the provider retries", "delivery", d.ID, "tenant", tenant, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not stored; retry"})
 }
 
 // verifier finds the request's tenant and its verifier.
@@ -257,6 +269,9 @@ func (h *Handler) verifier(r *http.Request) (tenant string, v Verifier, err erro
 	if err := validate(v); err != nil {
 		return "", nil, fmt.Errorf("tenant %q: %w", tenant, err)
 	}
+	if err := checkRetention(v, h.cfg.Retention); err != nil {
+		return "", nil, fmt.Errorf("tenant %q: %w", tenant, err)
+	}
 	return tenant, v, nil
 }
 
@@ -270,15 +285,32 @@ func validate(v Verifier) error {
 
 // store records the delivery and puts its message in one transaction, and reports whether it
 // was new.
+//
+// The inbox remembers the digest of the delivery's Content (its body when Content is nil), so
+// that a redelivery differing only in delivery metadata is a duplicate. Records written before
+// Content existed hold the whole body's digest: on a mismatch, a delivery with a Content is
+// compared with its whole body too, so that a redelivery of such a record, byte for byte, stays
+// a duplicate after an upgrade instead of becoming a conflict.
 func (h *Handler) store(ctx context.Context, tenant string, d Delivery, body []byte) (accepted bool, err error) {
+	id := MessageID(h.cfg.Source, tenant, d.ID)
+	content := d.Content
+	if content == nil {
+		content = body
+	}
 	err = pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
-		first, err := h.inbox.Claim(ctx, tx, inbox.Message{ID: MessageID(h.cfg.Source, tenant, d.ID), Payload: body})
+		first, err := h.inbox.Claim(ctx, tx, inbox.Message{ID: id, Payload: content})
+		if errors.Is(err, inbox.ErrMismatch) && d.Content != nil {
+			// Claim leaves tx usable after a mismatch; the record is there, so this only compares.
+			if _, again := h.inbox.Claim(ctx, tx, inbox.Message{ID: id, Payload: body}); again == nil {
+				err = nil
+			}
+		}
 		if err != nil || !first {
 			return err
 		}
 		accepted = true
 		return h.out.Put(ctx, tx, outbox.Message{
-			ID:      MessageID(h.cfg.Source, tenant, d.ID),
+			ID:      id,
 			Topic:   h.cfg.Topic,
 			Payload: body,
 			Headers: map[string]string{HeaderSource: h.cfg.Source, HeaderTenant: tenant, HeaderID: d.ID, HeaderEventType: d.Type},

@@ -40,6 +40,11 @@ type Delivery struct {
 	// Timestamp is the signed timestamp, in UTC, to the second; zero for a scheme that signs
 	// none (GitHub).
 	Timestamp time.Time
+	// Content is what a redelivery under ID must repeat to be a duplicate (answered 200, stored
+	// once) rather than a conflict (409): nil means the whole body. Stripe sets it to the body
+	// without the event's delivery metadata (see Stripe); a verifier of the caller's own may set
+	// it the same way. Only the body is ever stored and handed on.
+	Content []byte
 }
 
 // ToleranceDefault is how far a signed timestamp may be from now, into the past or the future,
@@ -123,6 +128,10 @@ func reject(scheme string, reason error, format string, args ...any) *VerifyErro
 // in either direction (ErrStale; Stripe's library only refuses the past); and, only then, the body
 // is a JSON object with a non-empty string "id", the Delivery's ID, and a "type" (ErrMalformed).
 //
+// A redelivery of an event whose body differs from the first only in "pending_webhooks" or
+// "request" is a duplicate, not a conflict: the Delivery's Content leaves them out (see
+// stripeContent for why).
+//
 // The zero value verifies nothing: set Secrets. Verify returns Validate's error, which is not a
 // *VerifyError, when the configuration is invalid.
 type Stripe struct {
@@ -180,7 +189,11 @@ func (s Stripe) Verify(header http.Header, body []byte, now time.Time) (Delivery
 			return Delivery{}, reject(schemeStripe, ErrMalformed, `the signed body's "type" is not a string`)
 		}
 	}
-	return Delivery{ID: id, Type: typ, Timestamp: time.Unix(ts, 0).UTC()}, nil
+	content, err := stripeContent(fields)
+	if err != nil {
+		return Delivery{}, reject(schemeStripe, ErrMalformed, "the signed body cannot be re-encoded: %v", err)
+	}
+	return Delivery{ID: id, Type: typ, Timestamp: time.Unix(ts, 0).UTC(), Content: content}, nil
 }
 
 // parseStripeSignature reads "t=…,v1=…[,v1=…][,v0=…]". Elements other than t and v1 are
