@@ -55,16 +55,24 @@ func TestPayOutIsRetrySafe(t *testing.T) {
 	activitytest.RequireRetrySafe(t, activitytest.Check[payment.Payout, payment.PayoutResult]{
 		Activity: a.PayOut(store), Options: activity.Options{Batch: true}, Store: store,
 		Input: p, Other: other, Faults: proxy,
-		// One effect per payout run: every path pays each seller once more, so the most any
-		// seller was paid grows by one, and by two if a path paid a seller twice.
-		Effects: func() int {
-			perSeller := map[string]int{}
-			most := 0
-			for _, c := range srv.Ledger().Charges {
-				perSeller[c.Description]++
-				most = max(most, perSeller[c.Description])
+		// Counted per seller: every path must pay each seller once.
+		Items: func(p payment.Payout) []string {
+			ids := make([]string, len(p.Sellers))
+			for i, s := range p.Sellers {
+				ids[i] = s.ID
 			}
-			return most
+			return ids
+		},
+		ItemEffects: func() map[string]int {
+			perSeller := map[string]int{}
+			for _, c := range srv.Ledger().Charges {
+				for _, s := range p.Sellers {
+					if c.Description == payment.PayoutDescription(p.ID, s.ID) {
+						perSeller[s.ID]++
+					}
+				}
+			}
+			return perSeller
 		},
 	})
 }
