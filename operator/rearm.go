@@ -29,7 +29,7 @@ type AuditEntry struct {
 	// Actor is who acted, as they named themselves (Resolution.By, Rearming.By).
 	Actor string
 	// Action is AuditResolve or AuditRearm for a receipt; "outbox.requeue" or "outbox.discard"
-	// for an outbox message (outbox.RequeueMessage, outbox.DiscardMessage).
+	// for an outbox message (outbox.Outbox.RequeueMessage, outbox.Outbox.DiscardMessage).
 	Action string
 	// Target is the receipt's token, or the outbox message's ID.
 	Target string

@@ -10,6 +10,6 @@
 // retry after a crash pays the sellers left and nobody twice; Seller.Note is left out of the
 // fingerprint with a struct tag. Its messages (Edge) go to two inbox consumers: the shipment
 // notifier, once per reservation message, and the charge ledger, which keeps each charge's
-// status from the provider's webhooks, applying an event only if it is newer (inbox.Newer):
+// status from the provider's webhooks, applying an event only if it is newer (inbox.Inbox.Newer):
 // they arrive out of order. The demo package runs it all end to end (make demo).
 package payment

@@ -19,7 +19,7 @@ var chargeRank = map[string]int64{"charge.succeeded": 1, "charge.failed": 1, "ch
 
 // keepLedger is the charge ledger: it keeps each charge's status from the provider's events,
 // once per event through its inbox, and only from an event newer than the status it holds
-// (inbox.Newer): the provider's events arrive out of order, and a late charge.succeeded must
+// (inbox.Inbox.Newer): the provider's events arrive out of order, and a late charge.succeeded must
 // not turn a refunded charge back into a succeeded one. The events it skips as older are noted
 // in payment_sample.stale_events.
 func keepLedger(db *pgxpool.Pool, ib *inbox.Inbox) http.Handler {

@@ -105,7 +105,7 @@ type Messages struct {
 	NotifierDups      int // of those, the shipment notifier's: reservation messages delivered again
 	ProcessedOnce     int // reservation messages the notifier processed exactly once
 	ChargesKept       int // this run's charges in the charge ledger
-	StaleSkipped      int // provider events the ledger skipped as older than the status it held (inbox.Newer)
+	StaleSkipped      int // provider events the ledger skipped as older than the status it held (inbox.Inbox.Newer)
 	// Invariants: all must be 0.
 	ChargeStatusWrong int // a charge whose status in the ledger is not the provider's
 	ProcessedTwice    int // an event a workflow received twice, or a message the notifier processed twice

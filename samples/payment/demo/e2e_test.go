@@ -63,7 +63,7 @@ func TestEndToEnd(t *testing.T) {
 	require.Positive(t, m.NotifierDups, "the notifier absorbed no redelivery, so the kill between publish and mark proved nothing")
 	require.GreaterOrEqual(t, m.ConsumerDups, m.NotifierDups)
 	// The charge ledger kept each charge's status from the provider's events, whatever their
-	// order (inbox.Newer).
+	// order (inbox.Inbox.Newer).
 	require.Zero(t, m.ChargeStatusWrong, "charges whose status in the ledger is not the provider's")
 	require.Equal(t, sum.Charges, m.ChargesKept, "charges missing from the charge ledger")
 	require.Equal(t, 1, m.AsyncSettled, "the charge answered processing was not confirmed to its workflow")
