@@ -82,9 +82,11 @@ type StartWorkflow struct {
 // starts a new run whose update IDs are fresh, so a handler that must not see an event twice
 // across runs carries the IDs it has seen into the next run (a SignalDedup does).
 //
-// A workflow that does not exist or has closed is a permanent failure (the message is parked as
-// dead, for an operator) unless SkipClosed is set, as is an update the workflow rejects or fails.
-// For a workflow that may not have started yet, use UpdateWithStartWorkflow.
+// A repeated delivery of an update that the workflow completed before it closed gets that
+// outcome (Temporal keeps it with the closed run). Any other update of a workflow that does not
+// exist or has closed is a permanent failure (the message is parked as dead, for an operator)
+// unless SkipClosed is set, as is an update the workflow rejects or fails. For a workflow that
+// may not have started yet, use UpdateWithStartWorkflow.
 type UpdateWorkflow struct {
 	WorkflowID string
 	RunID      string // empty: the current run

@@ -22,11 +22,13 @@ import (
 // decides what a delivery finds after the workflow has closed:
 //
 //   - RejectDuplicate (the default, when Options leaves it unspecified): the closed run is the
-//     workflow. A repeated delivery of an update that run completed is delivered (its outcome is
-//     looked up); any other is permanent, unless SkipClosed, which counts it as delivered.
-//   - AllowDuplicate (set it in Options): a new run starts and gets the update. Update IDs are
-//     per run, so a repeated delivery of a message the closed run already handled is handled
-//     again by the new run; choose it only where the workflow tolerates that.
+//     workflow. A repeated delivery of an update that run completed gets its outcome (Temporal
+//     keeps it with the closed run); any other is permanent, unless SkipClosed, which counts it
+//     as delivered.
+//   - AllowDuplicate (set it in Options): a new message starts a new run, which gets the update.
+//     A repeat of an update the closed run completed gets that run's outcome while it is the
+//     latest run; once a new run has started, a repeat reaches the new run, whose update IDs
+//     are fresh, and runs again there. Choose it where the workflow tolerates that.
 //
 // An update the workflow rejects or fails is permanent, as for UpdateWorkflow.
 type UpdateWithStartWorkflow struct {
@@ -53,21 +55,14 @@ func (u UpdateWithStartWorkflow) deliver(ctx context.Context, c client.Client, d
 	if err == nil {
 		return updateOutcome(ctx, h.Get(ctx, nil), u.UpdateName, opts.ID)
 	}
+	// A repeated delivery of an update that a closed run completed gets that outcome from the
+	// server, as UpdateWorkflow does. AlreadyStarted is a new update for a closed workflow that
+	// its reuse policy keeps from starting again.
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if !errors.As(err, &started) {
-		return err
+	if errors.As(err, &started) {
+		return notRunning(err, opts.ID, u.SkipClosed)
 	}
-	// The workflow has closed and may not start again. Did it complete this update?
-	err = c.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: opts.ID, UpdateID: d.ID}).Get(ctx, nil)
-	var notFound *serviceerror.NotFound
-	switch {
-	case err == nil:
-		return nil // an earlier delivery's update, completed before the workflow closed
-	case errors.As(err, &notFound):
-		return notRunning(started, opts.ID, u.SkipClosed)
-	default:
-		return updateOutcome(ctx, err, u.UpdateName, opts.ID)
-	}
+	return err
 }
 
 // withStartOptions checks the options of a with-start target and sets its policies: the conflict
