@@ -121,6 +121,9 @@ func (s StartWorkflow) deliver(ctx context.Context, c client.Client, d Delivery)
 	if s.Workflow == nil {
 		return Permanent(&TargetError{Target: "StartWorkflow", Field: "Workflow", Reason: "is nil"})
 	}
+	if err := required("StartWorkflow", "Options.TaskQueue", s.Options.TaskQueue); err != nil {
+		return err
+	}
 	opts := s.Options
 	if opts.ID == "" {
 		opts.ID = d.Topic + "/" + d.ID

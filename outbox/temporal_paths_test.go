@@ -250,6 +250,9 @@ func testRefused(t *testing.T, c, tc client.Client) {
 			{outbox.UpdateWithStartWorkflow{Options: opts, Workflow: "Inbox"}, "UpdateName"},
 			{outbox.UpdateWithStartWorkflow{Options: failing, Workflow: "Inbox", UpdateName: "event"}, "Options.WorkflowIDConflictPolicy"},
 			{outbox.StartWorkflow{Options: opts}, "Workflow"},
+			{outbox.StartWorkflow{Workflow: "Inbox"}, "Options.TaskQueue"},
+			{outbox.SignalWithStartWorkflow{Options: client.StartWorkflowOptions{ID: "refused"}, Workflow: "Inbox", SignalName: "event"}, "Options.TaskQueue"},
+			{outbox.UpdateWithStartWorkflow{Options: client.StartWorkflowOptions{ID: "refused"}, Workflow: "Inbox", UpdateName: "event"}, "Options.TaskQueue"},
 		} {
 			pub := &outbox.TemporalPublisher{Client: tc, Route: func(outbox.Delivery) (outbox.TemporalTarget, error) { return tt.target, nil }}
 			err := pub.Publish(ctx, tenantDelivery("r1", "x", tenant, 1))

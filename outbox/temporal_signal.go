@@ -22,8 +22,10 @@ type Signal[T any] struct {
 	ID string `json:"id"`
 	// Tenant is the message's tenant (HeaderTenant), or empty. The workflow's own tenant is
 	// keys.TenantFromWorkflow; a workflow that serves one tenant may refuse a signal of another.
-	Tenant  string `json:"tenant,omitempty"`
-	Payload T      `json:"payload"`
+	Tenant string `json:"tenant,omitempty"`
+	// Payload is what the route gave, encoded by the client's data converter (JSON by
+	// default): json.RawMessage(d.Payload) sends a JSON message body as it is.
+	Payload T `json:"payload"`
 }
 
 // SignalWorkflow signals a running workflow with a Signal carrying Payload and the message ID.

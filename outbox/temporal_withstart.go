@@ -70,7 +70,7 @@ func (u UpdateWithStartWorkflow) deliver(ctx context.Context, c client.Client, d
 // or terminating it, and by default the reuse policy RejectDuplicate, so that it does not start a
 // closed workflow again.
 func withStartOptions(target string, opts client.StartWorkflowOptions, workflow any) (client.StartWorkflowOptions, error) {
-	if err := required(target, "Options.ID", opts.ID); err != nil {
+	if err := cmp.Or(required(target, "Options.ID", opts.ID), required(target, "Options.TaskQueue", opts.TaskQueue)); err != nil {
 		return opts, err
 	}
 	if workflow == nil {
