@@ -137,6 +137,11 @@ func testTargets(t *testing.T, c client.Client) {
 		finish(t, tc, id, &result)
 	})
 
+	t.Run("Explore", func(t *testing.T) {
+		t.Parallel()
+		exploreTargets(t, tc)
+	})
+
 	t.Run("Closed", func(t *testing.T) {
 		t.Parallel()
 		testClosed(t, tc)
