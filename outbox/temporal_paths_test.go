@@ -137,6 +137,11 @@ func testTargets(t *testing.T, c client.Client) {
 		finish(t, tc, id, &result)
 	})
 
+	t.Run("IntakeTenant", func(t *testing.T) {
+		t.Parallel()
+		testIntakeTenant(t, tc)
+	})
+
 	t.Run("Explore", func(t *testing.T) {
 		t.Parallel()
 		exploreTargets(t, tc)
