@@ -37,7 +37,8 @@
 // Delivery is at least once: a dispatcher that dies after publishing and before marking
 // publishes again after the lease. Publishers pass the message ID on so that the receiver absorbs
 // the repeat: HTTPPublisher as the Idempotency-Key, TemporalPublisher as a workflow ID or an
-// update ID, which Temporal deduplicates itself.
+// update ID, which Temporal deduplicates itself, or in a Signal, which the receiving workflow
+// deduplicates with a SignalDedup.
 //
 // # Operating it
 //

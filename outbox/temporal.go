@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,21 +11,59 @@ import (
 	"go.temporal.io/sdk/client"
 )
 
-// TemporalPublisher hands messages to Temporal so that Temporal's own deduplication absorbs a
-// repeated delivery: Route turns each message into a StartWorkflow (the workflow ID is the
-// deduplication key) or an UpdateWorkflow (the update ID is the message ID).
+// TemporalPublisher hands messages to Temporal so that a repeated delivery is absorbed: Route
+// turns each message into one of five targets, and every target carries the message ID as its
+// deduplication key.
+//
+//   - StartWorkflow: a workflow per message; the workflow ID is derived from the message.
+//   - UpdateWorkflow: an update of a running workflow; the update ID is the message ID.
+//   - UpdateWithStartWorkflow: the same update, starting the workflow if it is not running.
+//   - SignalWorkflow: a signal to a running workflow, as a Signal carrying the message ID.
+//   - SignalWithStartWorkflow: the same signal, starting the workflow if it is not running.
+//
+// Temporal deduplicates workflow IDs and update IDs itself. It does not deduplicate signals: a
+// workflow that receives them drops repeats with a SignalDedup (ReceiveSignal), or it may process
+// an event twice.
+//
+// A message with a tenant (the header HeaderTenant, which the webhook intake sets) is published
+// under keys.WithTenant on every target, so that a Client whose ContextPropagators include
+// keys.TenantPropagator carries it in Temporal headers to the workflow, its updates and its
+// activities. A Client built by the SDK without that propagator would drop the tenant: such a
+// message fails with ErrNoTenantPropagator (permanent) instead.
 type TemporalPublisher struct {
 	Client client.Client
 	// Route says what each message becomes. An error from it is permanent (the message is
-	// parked as dead).
+	// parked as dead), and so is a target missing a required field (a *TargetError).
 	Route func(Delivery) (TemporalTarget, error)
 }
 
 var _ Publisher = (*TemporalPublisher)(nil)
 
-// TemporalTarget is what a message becomes in Temporal: a StartWorkflow or an UpdateWorkflow.
+// TemporalTarget is what a message becomes in Temporal: a StartWorkflow, UpdateWorkflow,
+// UpdateWithStartWorkflow, SignalWorkflow or SignalWithStartWorkflow.
 type TemporalTarget interface {
 	deliver(ctx context.Context, c client.Client, d Delivery) error
+}
+
+// TargetError is the permanent error for a target that Route returned without a field that
+// must be set (a workflow ID, a signal or update name, a workflow) or with a value the publisher
+// cannot keep its deduplication promise with. Fix Route, then requeue the message.
+type TargetError struct {
+	Target string // "SignalWorkflow", …
+	Field  string // "WorkflowID", "Options.ID", …
+	Reason string // "is empty", …
+}
+
+func (e *TargetError) Error() string {
+	return fmt.Sprintf("outbox: TemporalPublisher.Route gave a %s whose %s %s; fix the route and requeue the message", e.Target, e.Field, e.Reason)
+}
+
+// required returns a permanent *TargetError when value is empty.
+func required(target, field, value string) error {
+	if value == "" {
+		return Permanent(&TargetError{Target: target, Field: field, Reason: "is empty"})
+	}
+	return nil
 }
 
 // StartWorkflow starts a workflow once per message. Options.ID must be derived from the message
@@ -41,10 +80,13 @@ type StartWorkflow struct {
 // Temporal runs an update ID once per workflow run, so a repeated delivery gets the first one's
 // outcome. The workflow's update handler records the event; a workflow that continues as new
 // starts a new run whose update IDs are fresh, so a handler that must not see an event twice
-// across runs carries the IDs it has seen into the next run.
+// across runs carries the IDs it has seen into the next run (a SignalDedup does).
 //
-// A workflow that does not exist or has closed is a permanent failure (the message is parked as
-// dead, for an operator) unless SkipClosed is set, as is an update the workflow rejects or fails.
+// A repeated delivery of an update that the workflow completed before it closed gets that
+// outcome (Temporal keeps it with the closed run). Any other update of a workflow that does not
+// exist or has closed is a permanent failure (the message is parked as dead, for an operator)
+// unless SkipClosed is set, as is an update the workflow rejects or fails. For a workflow that
+// may not have started yet, use UpdateWithStartWorkflow.
 type UpdateWorkflow struct {
 	WorkflowID string
 	RunID      string // empty: the current run
@@ -68,10 +110,20 @@ func (p *TemporalPublisher) Publish(ctx context.Context, d Delivery) error {
 	if target == nil {
 		return Permanent(fmt.Errorf("outbox: TemporalPublisher.Route gave no target for message %s", d.ID))
 	}
+	ctx, err = tenantContext(ctx, p.Client, d)
+	if err != nil {
+		return err
+	}
 	return target.deliver(ctx, p.Client, d)
 }
 
 func (s StartWorkflow) deliver(ctx context.Context, c client.Client, d Delivery) error {
+	if s.Workflow == nil {
+		return Permanent(&TargetError{Target: "StartWorkflow", Field: "Workflow", Reason: "is nil"})
+	}
+	if err := required("StartWorkflow", "Options.TaskQueue", s.Options.TaskQueue); err != nil {
+		return err
+	}
 	opts := s.Options
 	if opts.ID == "" {
 		opts.ID = d.Topic + "/" + d.ID
@@ -87,29 +139,49 @@ func (s StartWorkflow) deliver(ctx context.Context, c client.Client, d Delivery)
 }
 
 func (u UpdateWorkflow) deliver(ctx context.Context, c client.Client, d Delivery) error {
-	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		UpdateID:     d.ID,
-		WorkflowID:   u.WorkflowID,
-		RunID:        u.RunID,
-		UpdateName:   u.UpdateName,
-		Args:         u.Args,
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, nil)
-		if err != nil && ctx.Err() == nil && !isTransient(err) {
-			// The workflow ran the update and it failed (a validator rejected it, or its
-			// handler returned an error): the same update ID gets the same outcome.
-			return Permanent(fmt.Errorf("outbox: update %s of workflow %s failed: %w", u.UpdateName, u.WorkflowID, err))
-		}
+	if err := cmp.Or(required("UpdateWorkflow", "WorkflowID", u.WorkflowID), required("UpdateWorkflow", "UpdateName", u.UpdateName)); err != nil {
 		return err
+	}
+	opts := updateOptions(d, u.WorkflowID, u.UpdateName, u.Args)
+	opts.RunID = u.RunID
+	h, err := c.UpdateWorkflow(ctx, opts)
+	if err == nil {
+		return updateOutcome(ctx, h.Get(ctx, nil), u.UpdateName, u.WorkflowID)
 	}
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		if u.SkipClosed {
-			return nil
-		}
-		return Permanent(fmt.Errorf("outbox: workflow %s is not running (never started, or closed): %w", u.WorkflowID, err))
+		return notRunning(err, u.WorkflowID, u.SkipClosed)
+	}
+	return err
+}
+
+// updateOptions is the update of a target: its ID is the message ID, and it is sent and waited
+// for until it completes, so that its outcome decides the delivery's.
+func updateOptions(d Delivery, workflowID, name string, args []any) client.UpdateWorkflowOptions {
+	return client.UpdateWorkflowOptions{
+		UpdateID:     d.ID,
+		WorkflowID:   workflowID,
+		UpdateName:   name,
+		Args:         args,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	}
+}
+
+// notRunning is the outcome of a delivery that found workflowID not running, and not to be
+// started again (err says why): delivered with SkipClosed, permanent otherwise.
+func notRunning(err error, workflowID string, skipClosed bool) error {
+	if skipClosed {
+		return nil
+	}
+	return Permanent(fmt.Errorf("outbox: workflow %s is not running (never started, or closed and not to be started again): %w", workflowID, err))
+}
+
+// updateOutcome classifies err, an update's outcome (its handle's Get). The workflow ran the
+// update and it failed (a validator rejected it, or its handler returned an error): the same
+// update ID gets the same outcome, so that is permanent.
+func updateOutcome(ctx context.Context, err error, name, workflowID string) error {
+	if err != nil && ctx.Err() == nil && !isTransient(err) {
+		return Permanent(fmt.Errorf("outbox: update %s of workflow %s failed: %w", name, workflowID, err))
 	}
 	return err
 }

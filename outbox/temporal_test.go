@@ -256,6 +256,12 @@ func TestTemporalPublisher(t *testing.T) {
 		}
 	})
 
+	// Signal, signal-with-start, update-with-start, tenants: temporal_paths_test.go.
+	t.Run("Targets", func(t *testing.T) {
+		t.Parallel()
+		testTargets(t, c)
+	})
+
 	// A Stripe event reaches the workflow named in it exactly once: through the webhook
 	// handler, the outbox and a dispatcher, with the same delivery POSTed five times at once, once
 	// more later, and the message published again after a dispatcher's crash.

@@ -34,8 +34,10 @@ const (
 
 // Headers of the outbox message that an accepted delivery becomes, beside its body as payload.
 const (
-	HeaderSource    = "Webhook-Source"
-	HeaderTenant    = "Webhook-Tenant"
+	HeaderSource = "Webhook-Source"
+	// HeaderTenant is outbox.HeaderTenant, which outbox.TemporalPublisher reads to run the
+	// workflow it starts, signals or updates under the delivery's tenant.
+	HeaderTenant    = outbox.HeaderTenant
 	HeaderID        = "Webhook-Delivery-Id"
 	HeaderEventType = "Webhook-Event-Type"
 )
