@@ -103,6 +103,16 @@ func TestBreakerHostDownAndBack(t *testing.T) {
 		temporaltest.RequireAppError(t, call(t, client, ctx, flaky.URL), downstream.ErrTypeUnavailable, true)
 	}
 	requireOpen(t, call(t, client, ctx, flaky.URL), flaky.Server, clk.Now().Add(10*time.Second))
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	for range 20 {
+		err := call(t, client, ctx, flaky.URL)
+		requireOpen(t, err, flaky.Server, clk.Now().Add(10*time.Second))
+		delay := temporaltest.RequireAppError(t, err, downstream.ErrTypeCircuitOpen, true).NextRetryDelay()
+		lo, hi = min(lo, delay), max(hi, delay)
+	}
+	// Drawn from 10 s to 20 s: twenty draws all within one second of each other would be chance
+	// of 10^-18.
+	require.Greater(t, hi-lo, time.Second, "the attempts refused together are told to come back together")
 	require.Equal(t, int32(3), flaky.hits.Load(), "a request went to a host whose circuit is open")
 	require.NoError(t, call(t, client, ctx, healthy.URL), "another host's circuit is its own")
 
@@ -200,6 +210,20 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeNetwork, true)
 		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeCircuitOpen, true)
 	})
+	// cancelOnArrival returns a context cancelled when a request reaches the server: a request
+	// that should have been refused fails rather than hangs.
+	cancelOnArrival := func(t *testing.T, arrived <-chan struct{}) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go func() {
+			select {
+			case <-arrived:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return ctx
+	}
 	hanging := func(t *testing.T) (*httptest.Server, <-chan struct{}) {
 		arrived := make(chan struct{}, 1)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -223,7 +247,7 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 		dctx, stop := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer stop()
 		require.ErrorIs(t, call(t, client, dctx, srv.URL), context.DeadlineExceeded)
-		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeCircuitOpen, true,
+		temporaltest.RequireAppError(t, call(t, client, cancelOnArrival(t, arrived), srv.URL), downstream.ErrTypeCircuitOpen, true,
 			"a timeout opens the circuit")
 	})
 }
