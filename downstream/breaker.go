@@ -228,7 +228,7 @@ func (b *breaker) next() uint64 {
 	return b.gen
 }
 
-// hostOf returns the circuit key of u: its lower-case host name and port, the scheme's default
+// hostOf returns the circuit key of req: its URL's lower-case host name and port, the scheme's default
 // port when it names none.
 func hostOf(req *http.Request) string {
 	host, port := strings.ToLower(req.URL.Hostname()), req.URL.Port()
