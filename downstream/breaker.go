@@ -26,7 +26,10 @@ const (
 //
 // A failure is an answer that says the host is not well: a 5xx, a 429, or no answer at all (a
 // refused or broken connection, a timeout). Any other answer, a 4xx included, is a success: the
-// host is up and answering. A request the caller cancelled counts as neither.
+// host is up and answering. A request the caller cancelled counts as neither, and a Base that
+// panics counts as a failure.
+//
+// The state is a few words per host that has failed, kept for the Transport's life.
 type BreakerConfig struct {
 	// Disabled turns the breaker off: every request is sent, whatever the host did before.
 	Disabled bool

@@ -304,3 +304,28 @@ func TestBreakerInHTTPPublisher(t *testing.T) {
 	require.False(t, outbox.IsPermanent(err), "an open circuit is passing: the message is retried later")
 	require.Equal(t, int32(2), srv.hits.Load())
 }
+
+// TestBreakerCountsAPanicAsAFailure: a Base that panics during a probe does not leave the probe's
+// place taken forever: the panic goes on to the caller, and the circuit opens again, for twice
+// as long, as after any failed probe.
+func TestBreakerCountsAPanicAsAFailure(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	var panics atomic.Bool
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if panics.Load() {
+			panic("base transport bug")
+		}
+		return respond(http.StatusServiceUnavailable, "", nil), nil
+	})
+	tr := &downstream.Transport{Base: base, Breaker: downstream.BreakerConfig{Failures: 1, Open: time.Second, Now: clk.Now}}
+	client := &http.Client{Transport: tr}
+	temporaltest.RequireAppError(t, call(t, client, context.Background(), "http://provider.test/v1/charges"), downstream.ErrTypeUnavailable, true)
+	clk.Add(time.Second)
+	panics.Store(true)
+	require.PanicsWithValue(t, "base transport bug", func() { _ = call(t, client, context.Background(), "http://provider.test/v1/charges") })
+	err := call(t, client, context.Background(), "http://provider.test/v1/charges")
+	var open *downstream.CircuitOpenError
+	require.ErrorAs(t, err, &open)
+	require.Equal(t, clk.Now().Add(2*time.Second), open.RetryAt, "the panicking probe counted as a failed one")
+}

@@ -108,8 +108,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, refuse(req, err)
 	}
-	resp, err := base.RoundTrip(out)
-	t.breaker.done(pass, outcomeOf(req.Context(), resp, err))
+	return t.sendCounted(base, out, pass)
+}
+
+// sendCounted sends out and reports its outcome to the breaker. A Base that panics counts as a
+// failure before the panic goes on: a probe that never reported would hold its place, and the
+// circuit would refuse its host for good.
+func (t *Transport) sendCounted(base http.RoundTripper, out *http.Request, pass ticket) (resp *http.Response, err error) {
+	reported := false
+	defer func() {
+		if !reported {
+			t.breaker.done(pass, failed)
+		}
+	}()
+	resp, err = base.RoundTrip(out)
+	reported = true
+	t.breaker.done(pass, outcomeOf(out.Context(), resp, err))
 	return resp, err
 }
 
