@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -27,6 +29,12 @@ const (
 	ErrTypeMismatch = errtype.PayloadMismatch
 	ErrTypeRejected = errtype.DownstreamRejected // other 4xx (a declined card): non-retryable
 	ErrTypeNoKey    = errtype.DownstreamNoKey    // an unsafe request without a key: non-retryable
+	// ErrTypeCircuitOpen: the host's circuit is open (CircuitOpenError); the request was not
+	// sent. Retryable, with a next retry delay past the end of the open period.
+	ErrTypeCircuitOpen = "tempotent.DownstreamCircuitOpen"
+	// ErrTypeMisconfigured: a Transport setting cannot work (ConfigError); non-retryable. It is
+	// the activity package's ErrTypeMisconfigured.
+	ErrTypeMisconfigured = errtype.Misconfigured
 )
 
 // Kind is how an outcome is handled.
@@ -39,11 +47,13 @@ const (
 	KindInFlight                    // 409: the same key is being processed
 	KindMismatch                    // 400/422 idempotency error: the key was used with other parameters
 	KindRejected                    // any other 4xx
+	KindCircuitOpen                 // not sent: the host's circuit is open (CircuitOpenError)
 )
 
 var kindTypes = map[Kind]string{
 	KindNetwork: ErrTypeNetwork, KindUnavailable: ErrTypeUnavailable, KindRateLimited: ErrTypeRateLimited,
 	KindInFlight: ErrTypeInFlight, KindMismatch: ErrTypeMismatch, KindRejected: ErrTypeRejected,
+	KindCircuitOpen: ErrTypeCircuitOpen,
 }
 
 // Retryable reports whether the outcome may be retried, with the same key.
@@ -51,15 +61,18 @@ func (k Kind) Retryable() bool { return k != KindMismatch && k != KindRejected }
 
 // Error is a classified downstream failure.
 type Error struct {
-	Kind       Kind
-	Method     string
-	URL        string
-	Status     int           // 0 for network errors
-	Code       string        // the provider's error code, e.g. "card_declined"
-	Message    string        // the provider's message, or the network error's
-	RetryAfter time.Duration // from Retry-After on 429 and 503
-	Sent       bool          // false when the request certainly never left this process
-	Err        error         // the network error, if any
+	Kind    Kind
+	Method  string
+	URL     string
+	Status  int    // 0 for network errors
+	Code    string // the provider's error code, e.g. "card_declined"
+	Message string // the provider's message, or the network error's
+	// RetryAfter is the next retry delay: the Retry-After of a 429 or 5xx; for KindCircuitOpen,
+	// the time to the circuit's RetryAt and up to as much again, drawn at random so that the
+	// attempts refused together do not all come back together.
+	RetryAfter time.Duration
+	Sent       bool  // false when the request certainly never left this process
+	Err        error // the network error, or the *CircuitOpenError, if any
 }
 
 func (e *Error) Error() string {
@@ -78,6 +91,8 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("%s: rate limited (429); retry after %v with the same key", what, e.RetryAfter)
 	case KindInFlight:
 		return fmt.Sprintf("%s: 409, a request with the same key is in flight; retry with the same key", what)
+	case KindCircuitOpen:
+		return fmt.Sprintf("%s: %v", what, e.Err)
 	}
 	return fmt.Sprintf("%s: %d %s; retry with the same key", what, e.Status, e.Message)
 }
@@ -86,7 +101,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // NotApplied reports that the request was never sent, so retrying cannot duplicate anything
 // (activity.IsNotApplied understands it).
-func (e *Error) NotApplied() bool { return e.Kind == KindNetwork && !e.Sent }
+func (e *Error) NotApplied() bool {
+	return (e.Kind == KindNetwork || e.Kind == KindCircuitOpen) && !e.Sent
+}
 
 // Temporal returns e as a Temporal application error of its kind's type, retryable or not,
 // with Retry-After as the next retry delay, and e as its cause.
@@ -118,12 +135,22 @@ func Check(req *http.Request, resp *http.Response, err error) error {
 		// A bug in the caller, not a passing fault: retrying cannot help.
 		return temporal.NewNonRetryableApplicationError(noKey.Error(), ErrTypeNoKey, err)
 	}
+	var config *ConfigError
+	if errors.As(err, &config) {
+		return temporal.NewNonRetryableApplicationError(config.Error(), ErrTypeMisconfigured, err)
+	}
 	e := classify(req, resp, err)
 	return e.Temporal()
 }
 
 func classify(req *http.Request, resp *http.Response, err error) *Error {
 	e := &Error{Method: req.Method, URL: req.URL.Redacted()}
+	var open *CircuitOpenError
+	if errors.As(err, &open) {
+		wait := max(time.Until(open.RetryAt), 0)
+		e.Kind, e.Err, e.Message, e.RetryAfter = KindCircuitOpen, open, open.Error(), wait+jitter(wait)
+		return e
+	}
 	if err != nil {
 		e.Kind, e.Err, e.Message, e.Sent = KindNetwork, err, err.Error(), sent(err)
 		return e
@@ -148,13 +175,13 @@ func classify(req *http.Request, resp *http.Response, err error) *Error {
 	}
 	switch s := resp.StatusCode; {
 	case s == http.StatusTooManyRequests:
-		e.Kind, e.RetryAfter = KindRateLimited, retryAfter(resp.Header.Get("Retry-After"))
+		e.Kind, e.RetryAfter = KindRateLimited, retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	case s == http.StatusConflict:
 		e.Kind = KindInFlight
 	case (s == http.StatusBadRequest || s == http.StatusUnprocessableEntity) && envelope.Error.Type == "idempotency_error":
 		e.Kind = KindMismatch
 	case s >= 500:
-		e.Kind, e.RetryAfter = KindUnavailable, retryAfter(resp.Header.Get("Retry-After"))
+		e.Kind, e.RetryAfter = KindUnavailable, retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	default:
 		e.Kind = KindRejected
 	}
@@ -175,18 +202,37 @@ func sent(err error) bool {
 	return true
 }
 
-// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
-func retryAfter(v string) time.Duration {
+// retryAfter parses a Retry-After header received at now: delay-seconds or an HTTP date. A
+// value that is neither, negative, a date in the past, or too far off for a time.Duration is
+// 0, the retry policy's own delay.
+//
+// Nothing here waits for it: the delay goes to Temporal as the attempt's next retry delay, so a
+// Retry-After longer than the attempt has left never holds the attempt past its deadline; the
+// next attempt is scheduled after it instead.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+	const maxSecs = int64(math.MaxInt64 / time.Second)
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > maxSecs {
+			return 0
+		}
 		return time.Duration(secs) * time.Second
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
+	if t, err := http.ParseTime(v); err == nil && t.Sub(now) > 0 && t.Before(now.Add(time.Duration(maxSecs)*time.Second)) {
+		return t.Sub(now)
 	}
 	return 0
+}
+
+// jitter returns a random duration in [0, d], or 0 when d is not positive.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
 }
 
 // As finds the *Error in err's chain (through Temporal application errors too).

@@ -1,8 +1,10 @@
 package downstream_test
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,7 +75,7 @@ func TestCheckCutsALongMessageAt200Bytes(t *testing.T) {
 }
 
 // Retry-After, in delay-seconds or as an HTTP date, becomes the next retry delay of a 429 or a
-// 503; one in the past, negative or unreadable is no delay.
+// 503; one in the past, negative, unreadable or too far off for a time.Duration is no delay.
 func TestCheckReadsRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -85,6 +87,12 @@ func TestCheckReadsRetryAfter(t *testing.T) {
 		{name: "Zero", value: "0"},
 		{name: "Negative", value: "-3"},
 		{name: "Unreadable", value: "soon"},
+		{name: "Fraction", value: "7.5"},
+		{name: "SpacesAround", value: " 7 ", min: 7 * time.Second, max: 7 * time.Second},
+		// Beyond what a time.Duration holds (292 years): ignored, not wrapped around.
+		{name: "TooManySeconds", value: "9999999999999"},
+		{name: "TooManyDigits", value: "99999999999999999999999"},
+		{name: "HTTPDateTooFar", value: "Fri, 31 Dec 9999 23:59:59 GMT"},
 		// An HTTP date has whole seconds: a minute from now is read as 59 to 60 s.
 		{name: "HTTPDate", value: time.Now().Add(time.Minute).UTC().Format(http.TimeFormat), min: 58 * time.Second, max: time.Minute},
 		{name: "HTTPDateInThePast", value: time.Now().Add(-time.Minute).UTC().Format(http.TimeFormat)},
@@ -101,6 +109,31 @@ func TestCheckReadsRetryAfter(t *testing.T) {
 				require.ErrorAs(t, err, &appErr)
 				require.Equal(t, e.RetryAfter, appErr.NextRetryDelay())
 			}
+		})
+	}
+}
+
+// TestRetryAfterBeyondTheDeadlineIsNotWaitedFor: a Retry-After longer than the attempt has left
+// does not hold the call: it returns at once, well before its deadline, with the delay as the
+// next retry delay, so that Temporal schedules the next attempt after it.
+func TestRetryAfterBeyondTheDeadlineIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	later := time.Now().Add(2 * time.Hour).UTC().Format(http.TimeFormat)
+	for name, header := range map[string]string{"Seconds": "3600", "HTTPDate": later} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(srv.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			client := &http.Client{Transport: &downstream.Transport{}}
+			err := call(t, client, ctx, srv.URL)
+			require.NoError(t, ctx.Err(), "the call waited for its deadline")
+			appErr := temporaltest.RequireAppError(t, err, downstream.ErrTypeRateLimited, true)
+			require.Greater(t, appErr.NextRetryDelay(), 59*time.Minute, "the delay goes to Temporal whole")
 		})
 	}
 }

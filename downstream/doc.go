@@ -7,7 +7,9 @@
 //
 //   - Transport, an http.RoundTripper, sets the token in Idempotency-Key (or a header of your
 //     choice, such as PayPal-Request-Id) on every unsafe request, refuses to send one without a
-//     key, and never overwrites a key the caller set.
+//     key, and never overwrites a key the caller set. Its circuit breaker, per host, stops
+//     calling a host that keeps failing for a while and refuses those calls unsent with a
+//     CircuitOpenError saying when to try again (BreakerConfig); share one Transport.
 //
 //   - Check classifies a response or transport error into a Temporal application error with an
 //     exported type: no response after sending, 5xx, 429 (Retry-After becomes the next retry

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/tempotent/tempotent/keys"
 )
@@ -45,7 +46,17 @@ func (e *NoKeyError) NotApplied() bool { return true }
 //	client := &http.Client{Transport: &downstream.Transport{}}
 //	req, _ := http.NewRequestWithContext(ctx, "POST", url, body) // ctx: the activity's context
 //
-// The zero Transport uses http.DefaultTransport and HeaderDefault.
+// Every request, safe or not, also goes through a circuit breaker per host (see BreakerConfig):
+// after a host failed Breaker.Failures times in a row, requests to it are refused unsent with a
+// *CircuitOpenError until its open period is over, then a few probes go; the first to succeed
+// closes the circuit. A provider that is down is then not called by every attempt of every
+// workflow, and the attempts refused are told when to come back (Check turns the refusal into a
+// retryable error whose next retry delay is past RetryAt). The breaker's state lives in the
+// Transport value: share one Transport (one http.Client) among every call to a provider; a
+// Transport made per request never opens. A Transport must not be copied after first use.
+//
+// The zero Transport uses http.DefaultTransport, HeaderDefault and the breaker's defaults; set
+// Breaker.Disabled to send every request whatever the host did before.
 type Transport struct {
 	// Base sends the request; default http.DefaultTransport.
 	Base http.RoundTripper
@@ -54,6 +65,24 @@ type Transport struct {
 	// Format renders the token; default the token itself. Use keys.Token.UUID for APIs that
 	// want a UUID.
 	Format func(keys.Token) string
+	// Breaker configures the circuit breaker; the zero value is its defaults.
+	Breaker BreakerConfig
+
+	once    sync.Once
+	breaker *breaker // nil when Disabled
+	err     error    // of Breaker's settings
+}
+
+// Validate reports a Breaker setting that cannot work, as a *ConfigError naming the field.
+// RoundTrip returns the same error for every request, without sending it.
+func (t *Transport) Validate() error {
+	t.once.Do(func() {
+		cfg := t.Breaker.WithDefaults()
+		if t.err = cfg.validate(); t.err == nil && !cfg.Disabled {
+			t.breaker = &breaker{cfg: cfg}
+		}
+	})
+	return t.err
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -61,25 +90,58 @@ var _ http.RoundTripper = (*Transport)(nil)
 // RoundTrip implements http.RoundTripper. It does not modify req: a request that needs the
 // header is cloned first.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.Validate(); err != nil {
+		return nil, refuse(req, err)
+	}
+	out, err := t.keyed(req)
+	if err != nil {
+		return nil, refuse(req, err)
+	}
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	if t.breaker == nil {
+		return base.RoundTrip(out)
+	}
+	pass, err := t.breaker.admit(hostOf(req))
+	if err != nil {
+		return nil, refuse(req, err)
+	}
+	return t.sendCounted(base, out, pass)
+}
+
+// sendCounted sends out and reports its outcome to the breaker. A Base that panics counts as a
+// failure before the panic goes on: a probe that never reported would hold its place, and the
+// circuit would refuse its host for good.
+func (t *Transport) sendCounted(base http.RoundTripper, out *http.Request, pass ticket) (resp *http.Response, err error) {
+	reported := false
+	defer func() {
+		if !reported {
+			t.breaker.done(pass, failed)
+		}
+	}()
+	resp, err = base.RoundTrip(out)
+	reported = true
+	t.breaker.done(pass, outcomeOf(out.Context(), resp, err))
+	return resp, err
+}
+
+// keyed returns the request to send for req: req itself for a safe method, else a clone that
+// carries the idempotency key and is never re-sent by net/http; or a *NoKeyError.
+func (t *Transport) keyed(req *http.Request) (*http.Request, error) {
 	if !Unsafe(req.Method) {
-		return base.RoundTrip(req)
+		return req, nil
 	}
 	header := t.Header
 	if header == "" {
 		header = HeaderDefault
 	}
 	if req.Header.Get(header) != "" {
-		return base.RoundTrip(sentOnce(req.Clone(req.Context())))
+		return sentOnce(req.Clone(req.Context())), nil
 	}
 	tok, ok := keys.TokenFrom(req.Context())
 	if !ok {
-		if req.Body != nil {
-			_ = req.Body.Close() // RoundTrip must close the body, even on error
-		}
 		return nil, &NoKeyError{Method: req.Method, URL: req.URL.Redacted(), Header: header}
 	}
 	value := tok.String()
@@ -88,7 +150,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out := req.Clone(req.Context())
 	out.Header.Set(header, value)
-	return base.RoundTrip(sentOnce(out))
+	return sentOnce(out), nil
+}
+
+// refuse closes req's body, as RoundTrip must even when it sends nothing, and returns err.
+func refuse(req *http.Request, err error) error {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+	return err
 }
 
 // sentOnce makes net/http treat out as not replayable, so that it never sends it again on its

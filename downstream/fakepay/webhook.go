@@ -52,7 +52,8 @@ const (
 //
 // Each event is POSTed to the URL, signed (SignatureHeader), until the receiver answers 2xx:
 // at least once, and in the order created unless Faults say otherwise. A delivery that fails
-// (non-2xx, a network error, Timeout) is retried after RetryMin, doubling up to RetryMax, until
+// (non-2xx, a network error, Timeout) is retried after a wait drawn at random below a ceiling
+// that starts at RetryMin and doubles up to RetryMax, until
 // it is MaxAge old; then it is given up (Ledger.Webhooks.Abandoned). Pending deliveries are part
 // of the state, so with a StatePath a restarted fakepay keeps sending them.
 type WebhookConfig struct {
@@ -63,10 +64,11 @@ type WebhookConfig struct {
 	// AsyncDelay is how long a charge from source "tok_async" (succeeds) or "tok_asyncDeclined"
 	// (fails) stays "processing"; default AsyncDelayDefault. It applies with or without a URL.
 	AsyncDelay time.Duration
-	// RetryMin is the wait after a delivery's first failed attempt; default WebhookRetryMinDefault.
+	// RetryMin is the longest wait after a delivery's first failed attempt (each wait is drawn
+	// at random up to its ceiling); default WebhookRetryMinDefault.
 	RetryMin time.Duration
-	// RetryMax caps the wait between attempts; default WebhookRetryMaxDefault, or RetryMin when
-	// that is longer.
+	// RetryMax caps the ceiling of the wait between attempts; default WebhookRetryMaxDefault,
+	// or RetryMin when that is longer.
 	RetryMax time.Duration
 	// MaxAge is how long a delivery is retried; default WebhookMaxAgeDefault.
 	MaxAge time.Duration
@@ -229,7 +231,7 @@ func (s *Server) attempt(ctx context.Context, d *delivery) {
 		s.dropDelivery(d)
 		s.st.Webhooks.Abandoned++
 	default:
-		d.Due = time.Now().Add(backoff(d.Attempts, s.cfg.Webhooks.RetryMin, s.cfg.Webhooks.RetryMax))
+		d.Due = time.Now().Add(retryWait(d.Attempts, s.cfg.Webhooks.RetryMin, s.cfg.Webhooks.RetryMax))
 	}
 	s.save()
 }
@@ -271,8 +273,15 @@ func sign(secret string, t time.Time, body []byte) string {
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// backoff is the wait after a delivery's attempts-th failed attempt: first, doubled per earlier
-// failure, capped at limit.
+// retryWait is the wait after a delivery's attempts-th failed attempt, drawn with full jitter
+// from (0, backoff]: deliveries that failed together (a receiver that was down) do not all come
+// back together.
+func retryWait(attempts int, first, limit time.Duration) time.Duration {
+	return 1 + upTo(backoff(attempts, first, limit))
+}
+
+// backoff is the ceiling of the wait after a delivery's attempts-th failed attempt: first,
+// doubled per earlier failure, capped at limit.
 func backoff(attempts int, first, limit time.Duration) time.Duration {
 	d := first
 	for i := 1; i < attempts && d < limit; i++ {
