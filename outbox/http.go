@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -101,6 +102,18 @@ type HTTPPublisher struct {
 	SigningSecrets []string
 	// Now gives the signed timestamp. Default time.Now.
 	Now func() time.Time
+	// Breaker is the circuit breaker of the publisher's downstream.Transport, per receiving
+	// host: after a run of failures (5xx, 429, no answer) the publisher stops calling that host
+	// for a while, and each message it would have sent fails retryably with a
+	// *downstream.CircuitOpenError, so a receiver that is down is not called for every message
+	// of the backlog. On by default (downstream.BreakerConfig's defaults); Breaker.Disabled
+	// turns it off.
+	Breaker downstream.BreakerConfig
+
+	// once builds client on the first Publish: one Transport, and so one breaker, for every
+	// message this publisher sends. The settings above are read then; change none of them after.
+	once   sync.Once
+	client *http.Client
 }
 
 var _ Publisher = (*HTTPPublisher)(nil)
@@ -117,8 +130,29 @@ func (p *HTTPPublisher) Validate() error {
 			return &ConfigError{Field: "HTTPPublisher.URL", Problem: err.Error()}
 		}
 	}
-	_, err := p.keys()
-	return err
+	if _, err := p.keys(); err != nil {
+		return err
+	}
+	if err := (&downstream.Transport{Breaker: p.Breaker}).Validate(); err != nil {
+		return &ConfigError{Field: "HTTPPublisher.Breaker", Problem: err.Error()}
+	}
+	return nil
+}
+
+// httpClient returns the client every Publish sends with: p.Client's settings (or a client
+// without a timeout of its own), its Transport wrapped once in a downstream.Transport carrying
+// p.Breaker, and redirects not followed.
+func (p *HTTPPublisher) httpClient() *http.Client {
+	p.once.Do(func() {
+		c := http.Client{}
+		if p.Client != nil {
+			c = *p.Client
+		}
+		c.Transport = &downstream.Transport{Base: c.Transport, Header: p.Header, Breaker: p.Breaker}
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		p.client = &c
+	})
+	return p.client
 }
 
 // keys decodes SigningSecrets.
@@ -199,13 +233,7 @@ func (p *HTTPPublisher) Publish(ctx context.Context, d Delivery) error {
 	if err := p.sign(req.Header, d); err != nil {
 		return Permanent(err)
 	}
-	client := http.Client{Transport: &downstream.Transport{Header: p.Header}}
-	if p.Client != nil {
-		client = *p.Client
-		client.Transport = &downstream.Transport{Base: p.Client.Transport, Header: p.Header}
-	}
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := client.Do(req)
+	resp, err := p.httpClient().Do(req)
 	// downstream.Check reads an error's body up to 64 KiB for its message, and closes it.
 	if err := downstream.Check(req, resp, err); err != nil {
 		if e, ok := downstream.As(err); ok && !e.Kind.Retryable() {
