@@ -31,7 +31,7 @@ const (
 	ErrTypeNoKey    = errtype.DownstreamNoKey    // an unsafe request without a key: non-retryable
 	// ErrTypeCircuitOpen: the host's circuit is open (CircuitOpenError); the request was not
 	// sent. Retryable, with a next retry delay past the end of the open period.
-	ErrTypeCircuitOpen = "tempotent.DownstreamCircuitOpen"
+	ErrTypeCircuitOpen = errtype.DownstreamCircuitOpen
 	// ErrTypeMisconfigured: a Transport setting cannot work (ConfigError); non-retryable. It is
 	// the activity package's ErrTypeMisconfigured.
 	ErrTypeMisconfigured = errtype.Misconfigured

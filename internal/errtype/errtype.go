@@ -30,6 +30,7 @@ const (
 	DownstreamInFlight    = "tempotent.DownstreamInFlight"    // 409 same key in flight: retryable
 	DownstreamRejected    = "tempotent.DownstreamRejected"    // other 4xx: non-retryable
 	DownstreamNoKey       = "tempotent.DownstreamNoKey"       // an unsafe request without a key: non-retryable
+	DownstreamCircuitOpen = "tempotent.DownstreamCircuitOpen" // the host's circuit is open, not sent: retryable
 )
 
 // Sagas (the saga package).
