@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	stripego "github.com/stripe/stripe-go/v84"
 
@@ -142,6 +143,13 @@ func token(ctx context.Context, path string) (keys.Token, error) {
 // classify maps a stripe-go error to the downstream package's Temporal errors.
 func classify(method, path string, err error) error {
 	e := &downstream.Error{Method: method, URL: path, Err: err, Message: err.Error()}
+	var open *downstream.CircuitOpenError
+	if errors.As(err, &open) {
+		// A breaker in the HTTP client (downstream.Transport) refused the request: it was never
+		// sent, so it is not an unknown outcome. Come back once the open period is over.
+		e.Kind, e.Err, e.Message, e.RetryAfter = downstream.KindCircuitOpen, open, open.Error(), max(time.Until(open.RetryAt), 0)
+		return e.Temporal()
+	}
 	var se *stripego.Error
 	if !errors.As(err, &se) {
 		var op *net.OpError

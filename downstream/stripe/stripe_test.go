@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/downstream"
 	"github.com/tempotent/tempotent/downstream/fakepay"
@@ -144,4 +145,30 @@ func startStripeMock(t *testing.T) string {
 		require.True(t, time.Now().Before(deadline), "stripe-mock did not listen on %d: %s", port, &log)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A breaker in the adapter's HTTP client refuses calls to a Stripe that is down; the refusal is
+// a request that was never sent (retryable, the effect certainly not applied), not an unknown
+// outcome that would send the workflow to reconcile.
+func TestBreakerRefusalIsNotAnUnknownOutcome(t *testing.T) {
+	var hits int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"down"}}`))
+	}))
+	defer srv.Close()
+	tr := &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1, Open: time.Minute}}
+	p := stripe.New("sk_test_123", &stripe.Config{URL: srv.URL, HTTPClient: &http.Client{Transport: tr}})
+	ctx := keys.WithToken(context.Background(), keys.Key{Namespace: "default", Operation: "charge", ID: "order-9"}.Token())
+
+	_, err := p.Charge(ctx, downstream.ChargeRequest{Amount: 100, Currency: "eur", Source: "tok_visa"})
+	require.Error(t, err)
+	_, err = p.Charge(ctx, downstream.ChargeRequest{Amount: 100, Currency: "eur", Source: "tok_visa"})
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	require.Equal(t, downstream.ErrTypeCircuitOpen, app.Type(), "a refusal by the breaker: %v", err)
+	require.False(t, app.NonRetryable())
+	require.Greater(t, app.NextRetryDelay(), time.Duration(0), "the refusal does not say when to come back")
+	require.Equal(t, 1, hits, "the breaker let a call through to a host it holds open")
 }
