@@ -33,7 +33,9 @@ const (
 	MaxAttemptsDefault = 25
 	MaintenanceDefault = time.Minute
 	PruneBatchDefault  = 1000
-	// ListenBackoffDefault is the pause before listening again after the connection was lost.
+	// ListenBackoffDefault is the mean pause before listening again after the connection was
+	// lost (drawn between half and one and a half of it, so that listeners do not reconnect
+	// together).
 	ListenBackoffDefault = time.Second
 	// ShutdownGraceDefault is how long the publishes in flight may go on after the dispatcher is
 	// stopped, unless PublishTimeout is shorter.
@@ -88,7 +90,8 @@ type DispatcherConfig struct {
 	// for messages whose backoff has ended). Default PollDefault.
 	Poll time.Duration
 	// BackoffMin and BackoffMax bound the delay before a failed message is claimed again: it
-	// doubles with each attempt from BackoffMin, capped at BackoffMax, with full jitter.
+	// is drawn between BackoffMin and a ceiling that doubles with each attempt from twice
+	// BackoffMin, capped at BackoffMax.
 	BackoffMin, BackoffMax time.Duration
 	// MaxAttempts is how many claims a message gets before it is parked as dead. A claim counts
 	// when it is made, so a message that crashes its dispatcher every time still gets there.
@@ -571,11 +574,12 @@ func (d *Dispatcher) counted(ct pgconn.CommandTag, name string, c *claimed) {
 	d.log.Warn("result not recorded: the claim had ended", "id", c.delivery.ID, "attempt", c.delivery.Attempt)
 }
 
-// backoff is the delay after a failed attempt: exponential from BackoffMin, capped at BackoffMax,
-// with full jitter so that messages failing together do not come back together.
+// backoff is the delay after a failed attempt: drawn between BackoffMin and a ceiling that
+// doubles with each attempt from twice BackoffMin, capped at BackoffMax, so that messages failing
+// together do not come back together, not even after their first failure.
 func (d *Dispatcher) backoff(attempt int) time.Duration {
 	ceiling := d.cfg.BackoffMax
-	if shift := attempt - 1; shift < 32 {
+	if shift := attempt; shift < 32 {
 		ceiling = min(d.cfg.BackoffMin<<shift, d.cfg.BackoffMax)
 	}
 	if ceiling <= d.cfg.BackoffMin {

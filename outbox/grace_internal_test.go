@@ -63,8 +63,8 @@ func TestBackoffDoublesWithFullJitter(t *testing.T) {
 	d := &Dispatcher{cfg: DispatcherConfig{BackoffMin: time.Second, BackoffMax: time.Minute}}
 	for attempt := 1; attempt <= 70; attempt++ {
 		ceiling := time.Minute
-		if attempt <= 7 {
-			ceiling = min(time.Second<<(attempt-1), time.Minute)
+		if attempt <= 6 {
+			ceiling = min(time.Second<<attempt, time.Minute)
 		}
 		lo, hi := time.Duration(1<<62), time.Duration(0)
 		for range 500 {

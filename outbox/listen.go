@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -94,7 +95,7 @@ func (l *listener) run(ctx context.Context) {
 		l.log.Debug("listen ended; polling until it is back", "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(ListenBackoffDefault):
+		case <-time.After(ListenBackoffDefault/2 + rand.N(ListenBackoffDefault)):
 		}
 	}
 }
