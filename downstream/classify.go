@@ -86,6 +86,9 @@ func (e *Error) Error() string {
 	case KindMismatch:
 		return fmt.Sprintf("%s: %d %s: the idempotency key was already used with other parameters; use a new key for a new intent", what, e.Status, e.Message)
 	case KindRejected:
+		if e.Code == "" {
+			return fmt.Sprintf("%s: rejected with %d: %s", what, e.Status, e.Message)
+		}
 		return fmt.Sprintf("%s: rejected with %d %s: %s", what, e.Status, e.Code, e.Message)
 	case KindRateLimited:
 		return fmt.Sprintf("%s: rate limited (429); retry after %v with the same key", what, e.RetryAfter)

@@ -298,9 +298,14 @@ func (e *shortError) Error() string { return e.msg }
 func (e *shortError) Unwrap() error { return e.err }
 
 // shorten returns err with its message cleaned, or err itself when the message is already clean.
+// A downstream error's own message is used, without the Temporal error that wraps it and repeats
+// it as its cause.
 func shorten(err error) error {
 	msg := err.Error()
-	if c := clean(msg); c != msg {
+	if e, ok := downstream.As(err); ok {
+		msg = e.Error()
+	}
+	if c := clean(msg); c != msg || c != err.Error() {
 		return &shortError{msg: c, err: err}
 	}
 	return err

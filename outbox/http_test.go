@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -54,4 +55,25 @@ func TestHTTPPublisherRedirectIsNotDelivery(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, moved, "the publisher followed a redirect")
+}
+
+// The error stored with a message refused by its receiver says what the receiver answered once,
+// readably: not the downstream error a second time as the cause of the Temporal error wrapping it.
+func TestHTTPPublisherStoresTheRefusalOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, name := setup(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = w.Write([]byte(`{"error":"unknown field"}`))
+	}))
+	defer srv.Close()
+	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t", Payload: []byte("{}")})
+	d := newDispatcher(t, o, &outbox.HTTPPublisher{URL: srv.URL}, outbox.DispatcherConfig{})
+	_, err := d.DispatchOnce(ctx)
+	require.NoError(t, err)
+	r := rowOf(t, name, "m1")
+	require.Equal(t, "dead", r.State)
+	require.Equal(t, 1, strings.Count(r.Error, "rejected with 422: "), "stored error: %s", r.Error)
+	require.Contains(t, r.Error, "unknown field")
 }
