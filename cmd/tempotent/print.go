@@ -26,7 +26,18 @@ func status(r operator.Receipt) string {
 
 func printReceipt(w io.Writer, r operator.Receipt, audit ...operator.AuditEntry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// Every text of a receipt can come from outside (a key's ID, an error's message, a result,
+	// a workflow ID, an operator's reason): each is printed through safe, so a terminal shown it
+	// executes nothing.
 	line := func(name, format string, args ...any) {
+		for i, arg := range args {
+			switch v := arg.(type) {
+			case string:
+				args[i] = safe(v)
+			case json.RawMessage:
+				args[i] = safe(string(v))
+			}
+		}
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
 	}
 	line("token", "%s", r.Token)
@@ -146,6 +157,7 @@ func toJSON(r operator.Receipt) receiptJSON {
 	return j
 }
 
+// writeJSON writes v indented; callers that print what came from outside use writeSafeJSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,4 +72,22 @@ func TestReceiptsRearm(t *testing.T) {
 	var detail map[string]any
 	require.NoError(t, json.Unmarshal(asJSON.Audit[0].Detail, &detail))
 	require.Equal(t, "Rejected", detail["error_type"])
+}
+
+// What a receipt holds can come from outside: an operator's reason and name, an error message, a
+// workflow ID. receipts show and list print it so that a terminal executes none of it.
+func TestReceiptsPrintNothingATerminalExecutes(t *testing.T) {
+	s, tempotent := newStore(t)
+	tok := unknownReceipt(t, s, "order-esc")
+	hostile := "INC-1 \x1b]0;owned\x07 \x1b[2J \u009b31m \u202egnp.exe"
+	tempotent.ok("receipts", "resolve", tok.String(), "--not-applied", "--reason", hostile, "--by", "oncall\x1b[8m")
+	for _, args := range [][]string{{"receipts", "show", tok.String()}, {"receipts", "show", tok.String(), "--json"}, {"receipts", "list", "--json"}} {
+		out := tempotent.ok(args...)
+		for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e"} {
+			require.NotContains(t, out, bad, "tempotent %s printed %q raw:\n%s", strings.Join(args, " "), bad, out)
+		}
+		if args[len(args)-1] != "--json" {
+			require.Contains(t, out, `\x1b]0;owned\a`, "the reason is not shown, quoted")
+		}
+	}
 }

@@ -56,7 +56,7 @@ func (a *app) printPage(page operator.Page, asJSON bool) error {
 		for _, r := range page.Receipts {
 			out.Receipts = append(out.Receipts, toJSON(r))
 		}
-		return writeJSON(a.stdout, out)
+		return writeSafeJSON(a.stdout, out)
 	}
 	if len(page.Receipts) == 0 {
 		fmt.Fprintln(a.stdout, "no receipts match")
@@ -65,8 +65,8 @@ func (a *app) printPage(page operator.Page, asJSON bool) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "TOKEN\tOPERATION\tTENANT\tSTATUS\tATTEMPTS\tAGE\tWORKFLOW")
 	for _, r := range page.Receipts {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Token, r.Key.Operation, orDash(r.Key.Tenant), status(r), r.Attempts,
-			age(r.CreatedAt), orDash(r.WorkflowID))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Token, safe(r.Key.Operation), safe(orDash(r.Key.Tenant)), status(r), r.Attempts,
+			age(r.CreatedAt), safe(orDash(r.WorkflowID)))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -165,9 +165,9 @@ func (a *app) showAll(ctx context.Context, op *operator.Client, tokens []keys.To
 	}
 	if asJSON {
 		if len(all) == 1 && single {
-			return writeJSON(a.stdout, all[0])
+			return writeSafeJSON(a.stdout, all[0])
 		}
-		return writeJSON(a.stdout, all)
+		return writeSafeJSON(a.stdout, all)
 	}
 	return nil
 }
@@ -270,7 +270,7 @@ does, for 24 hours) gives it again: such a failure needs a new intent, not a re-
 			return err
 		}
 		fmt.Fprintf(a.stdout, "re-armed %s: the next attempt of %s calls it again under the same token\ncleared: %s: %s\n\n",
-			r.Token, r.Key.Operation, before.ErrorType, before.ErrorMessage)
+			r.Token, safe(r.Key.Operation), safe(before.ErrorType), safe(before.ErrorMessage))
 		return a.printWithAudit(ctx, s.op, r)
 	})
 }
