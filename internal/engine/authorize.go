@@ -13,8 +13,9 @@ import (
 
 // AuthorizeFunc is the authorization hook (Config.Authorize, Options.Authorize, Call.Authorize):
 // may the caller, whose tenant is tenant, run the intent k or be handed what its receipt
-// recorded? It returns true to allow; false to refuse, which ends the intent with a
-// non-retryable *UnauthorizedError; or an error when it cannot tell (its database or
+// recorded? It returns true to allow; false to refuse, which fails the attempt with a
+// non-retryable *UnauthorizedError and leaves the receipt untouched (a caller that is allowed
+// later still runs or replays it); or an error when it cannot tell (its database or
 // authorization service failed), which fails the attempt with a retryable error so that the
 // next attempt asks again. A panic in it is such an error. It must honour ctx, whose deadline is
 // the activity's.
