@@ -24,6 +24,9 @@ import "github.com/tempotent/tempotent/internal/engine"
 //     a takeover after an unknown outcome may call it again under the token.
 //   - Reconcile asks the downstream what an earlier attempt did when calling again is not safe;
 //     without it, such a takeover fails with OutcomeUnknownError.
+//   - Authorize, when set, is asked before anything is reserved, run or replayed whether the
+//     caller's tenant (keys.TenantFrom(ctx)) may run the intent or have its recorded result; it
+//     takes precedence over Config.Authorize. See Config.Authorize.
 //
 // The type is defined in the engine (internal/engine), where each field's comment says more.
 type Call = engine.Call
@@ -35,7 +38,8 @@ type Call = engine.Call
 // minute, which for a compensation should be the forward step's downstream's; Reconcile), and
 // Batch, which declares an activity that makes its effects only through ForEach, each item under
 // its own receipt: a takeover of its receipt after a crash runs it again (its settled items
-// replay) instead of failing with an unknown outcome. WithDefaults returns the defaults applied.
+// replay) instead of failing with an unknown outcome; and Authorize, the activity's authorization
+// hook, asked instead of Config.Authorize (see there). WithDefaults returns the defaults applied.
 type Options = engine.Options
 
 // ReconcileFunc asks the downstream what happened under token. It returns the result the

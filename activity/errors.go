@@ -32,6 +32,11 @@ const (
 	// ErrTypeCompensated: a forward step ran again, after a workflow reset, once its
 	// compensation had completed (*CompensatedError).
 	ErrTypeCompensated = errtype.Compensated // non-retryable
+	// ErrTypeUnauthorized: the authorization hook (Config.Authorize, Options.Authorize,
+	// Call.Authorize) refused the caller's tenant, at a first run or a replay
+	// (*UnauthorizedError). The hook's own failure is retryable, with the type
+	// "tempotent.AuthorizeFailed".
+	ErrTypeUnauthorized = errtype.Unauthorized // non-retryable
 )
 
 // ErrMisconfigured: the activity's code or its worker is set up wrong, so no retry can succeed
@@ -88,6 +93,13 @@ type HorizonError = engine.HorizonError
 // PayloadTooLargeError reports a result larger than Config.MaxPayloadBytes. The receipt records
 // the failure, not a truncated result.
 type PayloadTooLargeError = engine.PayloadTooLargeError
+
+// UnauthorizedError refuses an attempt that the authorization hook did not allow: the caller's
+// Tenant may neither run the intent Key nor be handed its recorded result. Nothing was called,
+// reserved, recorded or returned, and a receipt already there is left as it was. It is
+// non-retryable: grant the tenant access and start the activity again (a new attempt asks the
+// hook again), or run the intent under a tenant that may.
+type UnauthorizedError = engine.UnauthorizedError
 
 // StoreError wraps a database error met while reading or writing a receipt. It is retryable:
 // nothing that happened is forgotten (a receipt write either committed or did not), and the

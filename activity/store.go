@@ -30,6 +30,14 @@ import (
 //   - MetricsHandler: the metrics not tied to one activity: the worker's purger sends its count
 //     of purged receipts and the unresolved gauges here. Default client.MetricsNopHandler.
 //   - Tracer: traces every receipt step (the telemetry package's Span names). Default none.
+//   - Authorize: the authorization hook, func(ctx, k keys.Key, tenant string) (allowed bool, err
+//     error), asked before every attempt, first run or replay, on every path (Do, DoInNewTx,
+//     DoInTx, Register, RegisterTx, ForEach's items) with the key and the caller's tenant
+//     (keys.TenantFrom(ctx)): a key is not a bearer credential. false refuses with a
+//     non-retryable UnauthorizedError, before anything is reserved, run or handed back; an error
+//     (or a panic) is the hook's own failure, retryable. An activity's Options.Authorize (a
+//     Call's Authorize; for ForEach's items Items.Options.Authorize, else the batch activity's)
+//     takes precedence over it. Default none: no check.
 //
 // The type is defined in the engine (internal/engine), where each field's comment says more.
 type Config = engine.Config

@@ -122,6 +122,10 @@ func (b *Batch) Run(ctx context.Context, concurrency int, each func(ctx context.
 func (b *Batch) Item(ctx context.Context, i int, fn PayloadFunc) (p *commonpb.Payload, called bool, err error) {
 	s, c := b.store, b.calls[i]
 	if r := b.settled[c.Key.ID]; r != nil {
+		// A settled item replays here, not through Do, so it is authorized here.
+		if err := s.authorize(ctx, c); err != nil {
+			return nil, false, err
+		}
 		obs := newObserver(ctx, s, c.Key)
 		if err := s.checkFingerprint(c, *r, obs); err != nil {
 			return nil, false, err

@@ -62,6 +62,10 @@ type Call struct {
 	// asks it what an earlier attempt did under the token after a takeover. Without it, such a
 	// takeover fails with OutcomeUnknownError instead of guessing.
 	Reconcile ReconcileFunc
+	// Authorize, when set, is this call's authorization hook (see AuthorizeFunc), asked before
+	// anything is reserved, run or replayed, instead of the store's Config.Authorize. Register and
+	// RegisterTx set it from Options.Authorize.
+	Authorize AuthorizeFunc
 
 	// origin is filled from the context by the Store, never by callers.
 	origin origin

@@ -23,6 +23,11 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 	if err := s.check(&c); err != nil {
 		return nil, err
 	}
+	// Before the first receipt statement: a refused first run reserves nothing, and a refused
+	// replay is handed nothing and changes nothing.
+	if err := s.authorize(ctx, c); err != nil {
+		return nil, err
+	}
 	// The reserve span ends where the attempt goes on to run or replay, or fails.
 	_, reserving := s.startSpan(ctx, telemetry.SpanReserve, c.Key)
 	defer func() { reserving.end(err) }()

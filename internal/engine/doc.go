@@ -6,7 +6,8 @@
 //
 // A Call walked through activity.Do reads top to bottom:
 //
-//   - do.go: Store.Do checks the call (receipt.go), reserves its key or reads its receipt
+//   - do.go: Store.Do checks the call (receipt.go), asks the authorization hook
+//     (authorize.go; every path asks it before its first receipt statement), reserves its key or reads its receipt
 //     (reserve.go, whose reservations go out in group commits: group.go), answers a finished
 //     receipt with its replay, waits for or refuses a live attempt, and takes over an ended lease;
 //   - run.go: run calls the function under the receipt's lease (lease.go; reconciling first when

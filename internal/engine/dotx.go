@@ -29,6 +29,9 @@ func (s *Store) DoInNewTx(ctx context.Context, c Call, fn TxFunc) (*commonpb.Pay
 	if err := s.check(&c); err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, c); err != nil { // before the read that could replay
+		return nil, err
+	}
 	c.origin = originOf(ctx)
 	k := c.Key
 	obs := newObserver(ctx, s, k)
@@ -201,6 +204,9 @@ func (s *Store) DoInTx(ctx context.Context, tx pgx.Tx, c Call, fn TxFunc) (*comm
 	c.origin = originOf(ctx)
 	if tx == nil {
 		return nil, errors.New("activity.DoInTx: tx is nil; begin a transaction, or call DoInNewTx")
+	}
+	if err := s.authorize(ctx, c); err != nil { // before the read that could replay
+		return nil, err
 	}
 	k := c.Key
 	obs := newObserver(ctx, s, k)

@@ -254,6 +254,10 @@ func ToTemporal(err error) error {
 		// Before the pass-through below: the reconcile function's own error may be a
 		// non-retryable application error, and it must not end the intent.
 		return temporal.NewApplicationErrorWithOptions(msg, errtype.ReconcileFailed, temporal.ApplicationErrorOptions{Cause: err})
+	case errors.As(err, new(*authorizeFailed)):
+		// Before the pass-through too: the hook's own error is retried whatever it is; only
+		// its false is a refusal.
+		return temporal.NewApplicationErrorWithOptions(msg, errtype.AuthorizeFailed, temporal.ApplicationErrorOptions{Cause: err})
 	case errors.As(err, &appErr):
 		return err
 	case errors.As(err, &unsettled):
@@ -274,6 +278,8 @@ func ToTemporal(err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, errtype.PayloadTooLarge, err)
 	case errors.As(err, new(*CompensatedError)):
 		return temporal.NewNonRetryableApplicationError(msg, errtype.Compensated, err)
+	case errors.As(err, new(*UnauthorizedError)):
+		return temporal.NewNonRetryableApplicationError(msg, errtype.Unauthorized, err)
 	case errors.Is(err, ErrMisconfigured):
 		return temporal.NewNonRetryableApplicationError(msg, errtype.Misconfigured, err)
 	case errors.Is(err, keys.ErrInvalidKey), errors.Is(err, keys.ErrNoIdentity), errors.Is(err, keys.ErrNotCanonicalizable):

@@ -149,6 +149,7 @@ func (b batchCall) item(id string, item any, o Options) (Call, error) {
 		DownstreamKeyMemory:    o.DownstreamKeyMemory,
 		DownstreamSettleTime:   o.DownstreamSettleTime,
 		Reconcile:              o.Reconcile,
+		Authorize:              firstHook(o.Authorize, b.Authorize),
 		readUnfinished:         true, // ForEach reads every item's receipt before it runs any
 	}, nil
 }

@@ -31,6 +31,10 @@ type Options struct {
 	// outcome. The downstream fields above do not apply to it: give the items' downstream in
 	// ForEach's Items.Options.
 	Batch bool
+	// Authorize, when set, is this activity's authorization hook (see AuthorizeFunc), asked
+	// instead of the store's Config.Authorize before each attempt runs or replays. For ForEach's
+	// items (Items.Options), nil means the batch activity's own hook, else the store's.
+	Authorize AuthorizeFunc
 }
 
 // WithDefaults returns a copy of o with every unset downstream property set to its default, as a
@@ -81,6 +85,7 @@ func CallFor(ctx context.Context, opts Options, in any) (Call, error) {
 		DownstreamKeyMemory:    cmp.Or(batchKeyMemory(opts.Batch), opts.DownstreamKeyMemory),
 		DownstreamSettleTime:   opts.DownstreamSettleTime,
 		Reconcile:              opts.Reconcile,
+		Authorize:              opts.Authorize,
 	}, nil
 }
 

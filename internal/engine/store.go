@@ -75,6 +75,11 @@ type Config struct {
 	// NewTracer), so that the steps sit under the activity's RunActivity span. Spans carry the
 	// token and the operation, never the key or a payload.
 	Tracer interceptor.Tracer
+	// Authorize, when set, is asked before every attempt of every activity and call on this
+	// store, first runs and replays alike, whether the caller's tenant may run the intent or be
+	// handed its recorded result (see AuthorizeFunc): a key is not a bearer credential. An
+	// activity's Options.Authorize (or a Call's) takes precedence over it. Nil: no check.
+	Authorize AuthorizeFunc
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.

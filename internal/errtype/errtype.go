@@ -20,6 +20,8 @@ const (
 	Misconfigured    = "tempotent.Misconfigured"       // non-retryable
 	BatchUnfinished  = "tempotent.BatchUnfinished"     // retryable
 	Compensated      = "tempotent.Compensated"         // non-retryable
+	Unauthorized     = "tempotent.Unauthorized"        // non-retryable
+	AuthorizeFailed  = "tempotent.AuthorizeFailed"     // retryable: the authorization hook failed
 )
 
 // Downstream calls (the downstream package).

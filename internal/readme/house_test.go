@@ -19,7 +19,10 @@ import (
 // faceLimit is how many exported top-level names activity may have, not counting those kept for
 // one release with a Deprecated: paragraph: the package is the face users learn, and everything
 // that is not part of writing an activity lives in operator, migrate, telemetry or internal/.
-const faceLimit = 45
+// 47 since issue 41 (authorization at replay): a refusal is an error kind of its own, and each
+// kind costs its typed error and its ErrType string (UnauthorizedError, ErrTypeUnauthorized);
+// the hook itself is a field (Config, Options, Call.Authorize) and costs no name.
+const faceLimit = 47
 
 // TestActivityIsASmallFace counts activity's exported top-level names (functions, types,
 // constants and variables, in files that are not tests) and fails when more than faceLimit are
