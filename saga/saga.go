@@ -289,11 +289,13 @@ func outcomeOf(err error) (Outcome, string) {
 // the forward effect may nevertheless have happened (activity.ErrTypeOutcomeUnknown: an earlier
 // attempt may have had it; activity.ErrTypePayloadTooLarge: the function ran, only its result
 // was too large to record; activity.ErrTypeCompensated: a reset re-ran a step that an earlier
-// run compensated, whose effect may have happened and was undone).
+// run compensated, whose effect may have happened and was undone; activity.ErrTypeUnauthorized:
+// the hook may have refused a replay, after an earlier attempt had the effect).
 var effectMayHaveHappened = map[string]bool{
 	errtype.OutcomeUnknown:  true,
 	errtype.PayloadTooLarge: true,
 	errtype.Compensated:     true,
+	errtype.Unauthorized:    true,
 }
 
 func failed(ctx workflow.Context, err error) workflow.Future {

@@ -619,3 +619,20 @@ func TestOutcomeUnknownStepIsShownUnknown(t *testing.T) {
 	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
 	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
 }
+
+// A step refused by the authorization hook may have been refused at a replay, after an earlier
+// attempt charged: it shows as unknown and is compensated, not taken as never having happened.
+func TestUnauthorizedStepIsShownUnknown(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fail = func(name string, o order, _ int32) error {
+		if name == "Charge" {
+			return &activity.UnauthorizedError{Tenant: "revoked"}
+		}
+		return nil
+	}
+	st, err := h.run(order{ID: "o-unauthorized", Amount: 100})
+	require.NoError(t, err)
+	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
+	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
+}
