@@ -75,7 +75,7 @@ func (i *Inbox) Records(ctx context.Context, limit int) ([]Record, error) {
 	if limit == 0 {
 		limit = RecordsLimitDefault
 	}
-	if limit < 0 || limit > RecordsLimitMax {
+	if limit < 1 || limit > RecordsLimitMax {
 		return nil, fmt.Errorf("inbox: records: limit %d; give 1 to %d, or 0 for %d", limit, RecordsLimitMax, RecordsLimitDefault)
 	}
 	rows, err := i.db.Query(ctx, `SELECT message_id, processed_at, digest IS NOT NULL FROM `+i.table+`

@@ -52,6 +52,14 @@ func TestConsumersAndRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.False(t, recs[0].Checked)
-	_, err = ib.Records(ctx, inbox.RecordsLimitMax+1)
-	require.ErrorContains(t, err, "limit")
+	recs, err = ib.Records(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	recs, err = ib.Records(ctx, inbox.RecordsLimitMax)
+	require.NoError(t, err, "the largest limit allowed was refused")
+	require.Len(t, recs, 3)
+	for _, limit := range []int{-1, inbox.RecordsLimitMax + 1} {
+		_, err = ib.Records(ctx, limit)
+		require.ErrorContains(t, err, "limit", "limit %d was taken", limit)
+	}
 }
