@@ -77,9 +77,9 @@ func Up(ctx context.Context, db DB, schemaName string) error {
 	}
 	err := schema.Migrate(ctx, db, schemaName)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege {
-		return fmt.Errorf("%w: migrations change the schema, so they run as its owner (the role that created its tables) "+
-			"or a role that may create in the database: run migrate.Up (tempotent migrate, the worker's -migrate) with that role's DATABASE_URL, "+
-			"then give this role the grants of migrate.Grants (tempotent migrate --print-grants ROLE), under which Up needs no rights once the schema is migrated", err)
+		return fmt.Errorf("%w: migrations change the schema, so they run as its owner: run tempotent migrate (migrate.Up, the worker's -migrate) "+
+			"with the owner's DATABASE_URL, and give this role the grants of tempotent migrate --print-grants ROLE (migrate.Grants), "+
+			"under which Up changes nothing once the schema is migrated", err)
 	}
 	return err
 }
