@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -218,4 +219,15 @@ func TestGrantsRefusesNames(t *testing.T) {
 		require.NoError(t, err, role)
 		require.Contains(t, sql, "TO "+pgx.Identifier{role}.Sanitize()+";")
 	}
+}
+
+// The grants that docs/operating.md shows are what Grants prints.
+func TestGrantsInTheDocs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/operating.md")
+	require.NoError(t, err)
+	grants, err := migrate.Grants("", "tempotent_app")
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(doc), grants),
+		"docs/operating.md, \"Least privilege\", does not show what Grants prints: paste the output of tempotent migrate --print-grants tempotent_app:\n%s", grants)
 }
