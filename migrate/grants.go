@@ -69,8 +69,8 @@ func (e *NameError) Error() string {
 // --print-grants ROLE prints.
 //
 // Run it as the schema's owner (the role that ran Up) in one go; it is one transaction. It first
-// revokes everything the role holds on the schema and its tables, so that running it again, or
-// after an upgrade, leaves the role with exactly these privileges. Run it again after an Up that
+// revokes everything the role holds on the schema, its tables and its sequences, so that running
+// it again, or after an upgrade, leaves the role with exactly these privileges. Run it again after an Up that
 // adds a table, and after operator.Client.Partition, which replaces the receipts table by a
 // partitioned one.
 //
