@@ -23,4 +23,10 @@
 // whole script from Script (tempotent migrate --print): run each migration in a transaction
 // together with its row in tempotent_migration, so that Check and Up know it is applied. Some
 // migrations say in a comment how to prepare them on a large table first.
+//
+// The role that migrates owns the tables. The workers need less: Grants writes the SQL that lets
+// a role of their own read and write tempotent's rows and nothing more (no DDL, no TRUNCATE, an
+// audit log it can only add to), for the owner to apply after migrating (tempotent migrate
+// --print-grants ROLE prints it). Under that role Up does nothing once the schema is migrated,
+// and says who may migrate it when it is not.
 package migrate

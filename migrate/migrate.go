@@ -3,9 +3,11 @@ package migrate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tempotent/tempotent/internal/schema"
 )
@@ -60,9 +62,30 @@ func List(schemaName string) ([]Migration, error) {
 // take turns, and each re-checks what is applied once it holds the lock, so every migration is
 // applied once. A migration that fails rolls back alone; the ones before it stay applied, and the
 // error names it.
+//
+// When the schema has every migration, Up changes nothing and needs no right to change it: a
+// worker connected as the runtime role of Grants may call it at every start. When a migration is
+// missing, Up must run as the schema's owner; under a role without the right, its error says so,
+// and wraps Postgres' (a *pgconn.PgError of code 42501, insufficient_privilege).
 func Up(ctx context.Context, db DB, schemaName string) error {
-	return schema.Migrate(ctx, db, cmp.Or(schemaName, SchemaDefault))
+	schemaName = cmp.Or(schemaName, SchemaDefault)
+	// Read first, outside the migrators' lock: a migration once applied stays applied, so
+	// nothing missing now means nothing to do. Were the check skipped, a role that may not
+	// create schemas would fail on CREATE SCHEMA IF NOT EXISTS of a schema that is there.
+	if missing, err := schema.Missing(ctx, db, schemaName); err == nil && len(missing) == 0 {
+		return nil
+	}
+	err := schema.Migrate(ctx, db, schemaName)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege {
+		return fmt.Errorf("%w: migrations change the schema, so they run as its owner: run tempotent migrate (migrate.Up, the worker's -migrate) "+
+			"with the owner's DATABASE_URL, and give this role the grants of tempotent migrate --print-grants ROLE (migrate.Grants), "+
+			"under which Up changes nothing once the schema is migrated", err)
+	}
+	return err
 }
+
+// insufficientPrivilege is Postgres' SQLSTATE for "permission denied".
+const insufficientPrivilege = "42501"
 
 // Check reports whether the schema ("" means SchemaDefault) has every migration this version of
 // the toolkit needs, so that a process can refuse to start against an old schema rather than

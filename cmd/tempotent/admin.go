@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -131,16 +132,40 @@ func (a *app) printStats(st operator.Stats, asJSON bool) error {
 }
 
 func (a *app) migrate(ctx context.Context, args []string) error {
-	f := a.flags("migrate", "", "Applies tempotent's migrations (receipts, outbox, inbox) to the schema, each in its own\ntransaction; safe to run while workers run, and from several places at once. With --print,\nwrites the SQL for a migration tool of your own instead, each migration with the row\nthat tells workers it is applied.")
+	f := a.flags("migrate", "", `Applies tempotent's migrations (receipts, outbox, inbox) to the schema, each in its own
+transaction; safe to run while workers run, and from several places at once. Run it as the
+schema's owner. With --print, writes the SQL for a migration tool of your own instead, each
+migration with the row that tells workers it is applied.
+
+With --print-grants ROLE, writes the grants that let ROLE run workers, dispatchers, webhook
+intakes and operator actions and nothing more (migrate.Grants): rows read and written, the audit
+log only added to, no DDL, no TRUNCATE. Apply them as the owner after migrating, and again after
+receipts partition; on a partitioned table, purge as the owner. No database needed for either.`)
 	var print bool
 	var after int
+	var grantsFor *string // set, even to "", means print them
 	f.BoolVar(&print, "print", false, "print the SQL instead of applying it (no database needed)")
 	f.IntVar(&after, "after", 0, "with --print: only the migrations after this version")
+	f.Func("print-grants", "print the grants of the runtime `ROLE` instead of applying anything (no database needed)", func(v string) error {
+		grantsFor = &v
+		return nil
+	})
 	printSQL := func() error {
-		if !print {
+		var sql string
+		var err error
+		switch {
+		case print && grantsFor != nil:
+			return usagef("--print and --print-grants print different things; give one")
+		case grantsFor != nil:
+			sql, err = migrate.Grants(f.schema, *grantsFor)
+			if nameErr := (*migrate.NameError)(nil); errors.As(err, &nameErr) {
+				return usagef("--print-grants: %s name %q %s", nameErr.What, nameErr.Name, nameErr.Problem)
+			}
+		case print:
+			sql, err = migrate.Script(f.schema, after)
+		default:
 			return nil
 		}
-		sql, err := migrate.Script(f.schema, after)
 		if err == nil {
 			_, err = fmt.Fprint(a.stdout, sql)
 		}
@@ -150,12 +175,13 @@ func (a *app) migrate(ctx context.Context, args []string) error {
 		return errDone
 	}
 	return f.execute(ctx, args, printSQL, func(s *session) error {
-		before, err := migrate.Missing(ctx, s.pool, f.schema)
-		if err != nil {
-			return err
-		}
+		// A role that may not read the schema may not migrate it either: Up's error says who may.
+		before, missingErr := migrate.Missing(ctx, s.pool, f.schema)
 		if err := migrate.Up(ctx, s.pool, f.schema); err != nil {
 			return err
+		}
+		if missingErr != nil {
+			return missingErr
 		}
 		if len(before) == 0 {
 			fmt.Fprintf(a.stdout, "schema %q is up to date\n", f.schema)
