@@ -91,9 +91,9 @@ func TestRulesFire(t *testing.T) {
 }
 
 // exported maps each name Prometheus scrapes to the metric of telemetry.Metrics it comes from,
-// as the SDK's tally handler with its Prometheus naming exports them: a gauge under its own
-// name, a counter with "_total" appended (go.temporal.io/sdk/contrib/tally's
-// NewPrometheusNamingScope; OpenTelemetry's Prometheus exporter does the same).
+// as the SDK's handlers export them (see the rules file's header): a gauge under its own name, a
+// counter with "_total" appended (go.temporal.io/sdk/contrib/tally's NewPrometheusNamingScope;
+// OpenTelemetry's Prometheus exporter, given contrib/opentelemetry's UseMonotonicCounters).
 func exported(t *testing.T) map[string]string {
 	t.Helper()
 	gauges := gaugesSent(t)
