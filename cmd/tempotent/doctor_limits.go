@@ -72,7 +72,7 @@ func checkWaiting(ctx context.Context, s *session, schemaName string, l limits, 
 	case l.oldestPending < 0 || st.OldestPending <= l.oldestPending:
 		report("ok", "pending outbox messages: %d, the oldest waiting for %s", st.Pending, roughly(st.OldestPending))
 	default:
-		report("FAIL", "oldest pending outbox message: waiting for %s (%d pending), longer than --max-oldest-pending=%s allows; is a dispatcher running? see tempotent outbox list",
+		report("FAIL", "oldest pending outbox message: waiting for %s (%d pending), longer than --max-oldest-pending=%s allows: no dispatcher running, a receiver failing, or a dead message holding its key back? see tempotent outbox list",
 			roughly(st.OldestPending), st.Pending, roughly(l.oldestPending))
 	}
 	return nil

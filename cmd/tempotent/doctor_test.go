@@ -59,7 +59,7 @@ func TestDoctorLimits(t *testing.T) {
 		// No dispatcher has run for two hours: more than the default hour.
 		_, err := pgtest.Pool(t).Exec(ctx, `UPDATE `+tempotent.schema+`.outbox SET created_at = now() - interval '2 hours' WHERE id = 'a'`)
 		require.NoError(t, err)
-		tempotent.doctorSays(exitDoctor, []string{"FAIL  oldest pending outbox message: waiting for 2h (2 pending), longer than --max-oldest-pending=1h allows; is a dispatcher running? see tempotent outbox list",
+		tempotent.doctorSays(exitDoctor, []string{"FAIL  oldest pending outbox message: waiting for 2h (2 pending), longer than --max-oldest-pending=1h allows: no dispatcher running, a receiver failing, or a dead message holding its key back? see tempotent outbox list",
 			"ok    nothing unresolved", "ok    no dead outbox messages"})
 		tempotent.doctorSays(exitOK, []string{"ok    pending outbox messages: 2, the oldest waiting for 2h"}, "--max-oldest-pending=3h")
 		tempotent.doctorSays(exitOK, []string{"ok    pending outbox messages: 2, the oldest waiting for 2h"}, "--max-oldest-pending=-1s")
