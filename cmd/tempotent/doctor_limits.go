@@ -7,8 +7,8 @@ import (
 )
 
 // limits are doctor's thresholds for what waits for a person. Crossing one fails its check, and
-// doctor exits 4, so that doctor run from cron pages someone; a negative limit turns its check
-// off (doctor then only warns).
+// doctor exits 4, so that doctor run from cron pages someone. A negative limit turns its check
+// off: a count above zero is then a warning, and the oldest pending message's wait is shown.
 type limits struct {
 	unresolved    int64         // unresolved receipts allowed
 	dead          int64         // dead outbox messages allowed
@@ -24,7 +24,7 @@ func (l *limits) define(f *flags) {
 	l.oldestPending = oldestPendingDefault
 	f.Int64Var(&l.unresolved, "max-unresolved", 0, "fail when more receipts than this are unresolved, waiting for a person (negative: only warn)")
 	f.Int64Var(&l.dead, "max-dead", 0, "fail when more outbox messages than this are dead (negative: only warn)")
-	f.Func("max-oldest-pending", "fail when the oldest pending outbox message has waited longer than this (default 1h; negative: only warn)",
+	f.Func("max-oldest-pending", "fail when the oldest pending outbox message has waited longer than this (default 1h; negative: not checked)",
 		durationFlag(&l.oldestPending))
 }
 
