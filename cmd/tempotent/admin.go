@@ -208,7 +208,7 @@ var (
 )
 
 func (a *app) doctor(ctx context.Context, args []string) error {
-	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. Exits 4 if any check fails.")
+	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. It also counts what waits for a\nperson: unresolved receipts, dead outbox messages, and how long the oldest pending message has\nwaited. Exits 4 if any check fails or a --max- limit is crossed: run it from cron, and page on a\nnon-zero exit.")
 	retention, keyMemory := operator.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
 		d, err := parseDuration(v)
@@ -219,11 +219,13 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	}
 	f.Func("retention", "the workers' receipt retention (env TEMPOTENT_RETENTION; default 7d)", durationFlag(&retention))
 	f.Func("key-memory", "how long your downstreams remember idempotency keys (default 24h, Stripe's)", durationFlag(&keyMemory))
-	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, f.schema, retention, keyMemory) })
+	var lim limits
+	lim.define(f)
+	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, f.schema, retention, keyMemory, lim) })
 }
 
 // diagnose runs doctor's checks in s and reports each.
-func (a *app) diagnose(ctx context.Context, s *session, schemaName string, retention, keyMemory time.Duration) error {
+func (a *app) diagnose(ctx context.Context, s *session, schemaName string, retention, keyMemory time.Duration, lim limits) error {
 	pool := s.pool
 	failed := false
 	report := func(level, format string, args ...any) {
@@ -343,14 +345,8 @@ func (a *app) diagnose(ctx context.Context, s *session, schemaName string, reten
 	}
 
 	if len(missing) == 0 {
-		n, err := s.op.Unresolved(ctx)
-		if err != nil {
+		if err := checkWaiting(ctx, s, schemaName, lim, report); err != nil {
 			return err
-		}
-		if n > 0 {
-			report("warn", "%d unresolved receipts wait for someone: tempotent receipts list --state unresolved", n)
-		} else {
-			report("ok", "nothing unresolved")
 		}
 	}
 	if failed {

@@ -26,7 +26,8 @@
 //	webhooks            deliveries each webhook intake accepted, per source, or one --source's
 //	stats               counts by operation and state, the oldest unresolved receipt
 //	migrate             apply the migrations, or --print their SQL for your own tool
-//	doctor              schema version, indexes, clock skew, retention against key memory
+//	doctor              schema version, indexes, clock skew, retention against key memory; exit 4 when
+//	                    unresolved receipts, dead messages or an old pending one cross --max-… limits
 //
 // Every command takes --help. list, show, stats, inbox and webhooks take --json for scripts.
 // Text that producers, downstreams or webhook senders wrote (message IDs, topics, errors,
@@ -43,5 +44,8 @@
 //	3  refused: no receipt under that token, or a receipt that is not unresolved (resolve) or
 //	   has not failed (rearm); no outbox message with that ID, or one that is not dead
 //	   (outbox requeue, discard)
-//	4  doctor found a problem
+//	4  doctor found a problem, or more waiting for a person than its --max-… flags allow
+//
+// Install it (go install) to run it from scripts and cron: go run exits 1 whatever the
+// command's own exit code.
 package main

@@ -182,7 +182,9 @@ func TestUnknownOutcomeEndToEnd(t *testing.T) {
 		require.Contains(t, shown, want)
 	}
 	require.Contains(t, tempotent.ok("stats"), "oldest unresolved: waiting for")
-	require.Contains(t, tempotent.ok("doctor"), "1 unresolved receipts wait for someone")
+	code, doctor, _ := tempotent.run("doctor")
+	require.Equal(t, exitDoctor, code, "doctor passed a receipt waiting for a person:\n%s", doctor)
+	require.Contains(t, doctor, "unresolved receipts waiting for someone: 1, more than --max-unresolved=0 allows")
 
 	// An operator who looked at the gateway records what it shows.
 	code, _, errOut := tempotent.run("receipts", "resolve", r.Token, "--applied", "--result", `{"id":"ch_first"}`)
