@@ -45,10 +45,13 @@ vet: ## go vet, every module.
 	$(GO) vet -tags $(FAILPOINTS_TAG) ./internal/failpoint/
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-lint: vet crossbuild $(STATICCHECK) ## gofmt, go vet, crossbuild and staticcheck (installed into bin/ at a pinned version), every module.
+lint: vet crossbuild $(STATICCHECK) ## gofmt, go vet, crossbuild and staticcheck (installed into bin/ at a pinned version), every module; promtool checks and tests the alerting rules.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt would change (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(STATICCHECK) ./...
 	for m in $(NESTED) $(TOOLS); do (cd $$m && $(CURDIR)/$(STATICCHECK) ./...) || exit 1; done
+	@command -v promtool >/dev/null || { echo "promtool is not installed: apt-get install prometheus (Debian's package has it)"; exit 1; }
+	promtool check rules deploy/prometheus/tempotent-rules.yml
+	promtool test rules deploy/prometheus/tempotent-rules.test.yml
 
 # The library is for Linux, macOS and Windows workers alike; vet on Windows also type-checks the
 # tests (the fault tests are unix-only by their //go:build line: they send SIGSTOP).
