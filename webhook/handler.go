@@ -49,7 +49,7 @@ const (
 	MetricAccepted  = telemetry.WebhookAccepted  // a new delivery, stored
 	MetricDuplicate = telemetry.WebhookDuplicate // a delivery seen before, answered 2xx, nothing stored
 	MetricRefused   = telemetry.WebhookRefused   // a 4xx: forged, stale, oversized, malformed (tag "reason")
-	MetricFailed    = telemetry.WebhookFailed    // a 5xx: the database did not take it; the provider retries
+	MetricFailed    = telemetry.WebhookFailed    // a 5xx: not stored (tag "reason": "store", or "topic"); the provider retries
 )
 
 // HandlerConfig configures a Handler.
@@ -246,7 +246,9 @@ func (h *Handler) fail(w http.ResponseWriter, d Delivery, tenant string, err err
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "not stored: this endpoint is misconfigured; retry later"})
 		return
 	}
-	h.met.Counter(MetricFailed).Inc(1)
+	// Tagged like the topic conflict's, so that the counter has one set of tag keys: tally's
+	// Prometheus reporter refuses a name registered with two (its default handler panics).
+	h.met.WithTags(map[string]string{telemetry.MetricTagReason: "store"}).Counter(MetricFailed).Inc(1)
 	h.log.Error("delivery not stored; answering 503 so that the provider retries", "delivery", d.ID, "tenant", tenant, "err", err)
 	w.Header().Set("Retry-After", "1")
 	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not stored; retry"})

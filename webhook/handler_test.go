@@ -730,8 +730,10 @@ func TestHandlerDatabaseDown(t *testing.T) {
 	t.Cleanup(down.Close)
 	out, err := outbox.New(down, &outbox.Config{Schema: up.schema})
 	require.NoError(t, err)
+	met := newTagRecorder()
 	h, err := webhook.NewHandler(down, out, webhook.HandlerConfig{
 		Source: "stripe", Verifier: webhook.Stripe{Secrets: []string{stripeSecret}}, Now: func() time.Time { return now }, Logger: quiet,
+		Metrics: met,
 	})
 	require.NoError(t, err)
 
@@ -743,6 +745,8 @@ func TestHandlerDatabaseDown(t *testing.T) {
 	require.NoError(t, err, "Retry-After %q", w.Header().Get("Retry-After"))
 	require.Positive(t, after)
 	require.Equal(t, rows{}, up.rows(t))
+	// The same tag keys as a topic conflict's 500, so that a Prometheus reporter takes both.
+	require.Equal(t, []string{"reason,source|store"}, met.tagSets(webhook.MetricFailed))
 
 	// The provider's retry, once the database is back, is a new delivery: nothing was lost.
 	requireOK(t, up.post("/", signed, body), false)
