@@ -113,6 +113,9 @@ const (
 const (
 	// ReceiptsPurged counts the receipts the worker's purger deleted.
 	ReceiptsPurged = "tempotent_receipts_purged"
+	// PurgeFailed counts the worker's purge rounds that failed (the next round retries): while
+	// they fail, the gauges below keep the values of the last round that worked.
+	PurgeFailed = "tempotent_purge_failed"
 	// ReceiptsUnresolved is the gauge of every unresolved receipt, within its retention or past it:
 	// each waits for a retry's reconcile or for a person.
 	ReceiptsUnresolved = "tempotent_receipts_unresolved"
@@ -130,7 +133,7 @@ const (
 func Metrics() []string {
 	return []string{
 		ReceiptReserved, ReceiptReplayed, ReceiptMismatched, ReceiptInProgress, ReceiptTakenOver, ReceiptFencedOut,
-		ReceiptsPurged, ReceiptsUnresolved, ReceiptsUnresolvedOldest, ReceiptsUnresolvedHeld,
+		ReceiptsPurged, PurgeFailed, ReceiptsUnresolved, ReceiptsUnresolvedOldest, ReceiptsUnresolvedHeld,
 		OutboxDelivered, OutboxRetried, OutboxDead, OutboxLostClaim, OutboxHandedBack, OutboxPruned,
 		OutboxBacklog, OutboxOldestAge, OutboxDeadRows,
 		InboxProcessed, InboxDuplicate, InboxInProgress, InboxMismatched, InboxPurged,

@@ -26,6 +26,11 @@ const (
 // on every round.
 const MetricPurged = telemetry.ReceiptsPurged
 
+// MetricPurgeFailed counts the purge rounds that failed, through the same handler as
+// MetricPurged: the gauges of unresolved receipts are not updated by a failed round, so this is
+// what tells a purge that has stopped working.
+const MetricPurgeFailed = telemetry.PurgeFailed
+
 // MetricInboxPurged counts the inbox records (those of inbox consumers and of webhook handlers)
 // the worker's purger deleted, through the same handler as MetricPurged.
 const MetricInboxPurged = telemetry.InboxPurged
@@ -43,8 +48,8 @@ type Purged struct {
 // than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
 // hundred thousand, unless another worker of the same schema is purging: then it does nothing
 // and reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when
-// the worker's own purging is off. On an error it returns what it deleted before it, and
-// purges no inbox records when the receipts' purge failed.
+// the worker's own purging is off. On an error it returns what it deleted before it, purges no
+// inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
 func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
@@ -67,6 +72,11 @@ func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err erro
 		conn.Release()
 	}()
 	metrics := e.Operator.Config().MetricsHandler
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			metrics.Counter(MetricPurgeFailed).Inc(1)
+		}
+	}()
 	purged.Receipts, err = inBatches(metrics.Counter(MetricPurged), func(limit int) (int64, error) {
 		return e.Operator.Purge(ctx, limit)
 	})
