@@ -123,7 +123,7 @@ func (b *Batch) Item(ctx context.Context, i int, fn PayloadFunc) (p *commonpb.Pa
 	s, c := b.store, b.calls[i]
 	if r := b.settled[c.Key.ID]; r != nil {
 		obs := newObserver(ctx, s, c.Key)
-		if err := s.checkFingerprint(c, *r, obs); err != nil {
+		if err := s.checkFingerprint(&c, *r, obs); err != nil {
 			return nil, false, err
 		}
 		obs.count(telemetry.ReceiptReplayed)
