@@ -56,7 +56,7 @@ WHERE (namespace, tenant, operation) = ($1, $2, $3) AND state = 'completed' AND 
 			return err
 		}
 		if enc, sealed := c.sealed(raw); sealed {
-			return fmt.Errorf("%w: results of %s stored by the workers have encoding %q, which a codec made (activity.Config.Codecs). "+
+			return fmt.Errorf("%w: results of %q stored by the workers have encoding %q, which a codec made (activity.Config.Codecs). "+
 				"Resolve from Go with an operator.Client whose Config.Codecs are the workers', so that this result is sealed as theirs are",
 				ErrSealedResults, k.Operation, enc)
 		}
