@@ -71,6 +71,19 @@ func TestFingerprintKeyReplaysReceiptsRecordedBeforeIt(t *testing.T) {
 	require.ErrorAs(t, err, new(*activity.MismatchError))
 	require.Equal(t, 1, calls)
 	require.Equal(t, fp.String(), storedFingerprint(t, schema, "t-1").String(), "a replay rewrote the receipt's fingerprint")
+
+	// A receipt an older release recorded under fingerprint version 1 (Tags null, where version 2
+	// counts it as []) is compared under version 1, keyed store or not.
+	v1, err := keys.FingerprintAt(req, 1)
+	require.NoError(t, err)
+	require.NotEqual(t, v1.Sum, fp.Sum)
+	older, err := activity.Do(ctx, plain, activity.Call{Key: keys.Key{Namespace: "default", Operation: "Pay", ID: "t-1v1"}, Fingerprint: v1},
+		func(context.Context) (int, error) { calls++; return calls, nil })
+	require.NoError(t, err)
+	again, err = payOn(ctx, keyed, "t-1v1", req, &calls)
+	require.NoError(t, err, "a version-1 receipt recorded before the key is a mismatch after")
+	require.Equal(t, older, again)
+	require.Equal(t, 2, calls)
 }
 
 // A keyed store records the keyed fingerprint (k<version>:), not the plain hash, matches it on

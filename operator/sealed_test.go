@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotent/tempotent/activity"
@@ -94,4 +96,70 @@ func TestResolveWithoutCodecsBesidePlainResults(t *testing.T) {
 	_, err = op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true, Result: json.RawMessage(`{"charge_id":"ch_op"}`),
 		By: "ops", Reason: "the provider shows the charge"})
 	require.NoError(t, err)
+}
+
+// cents is a result type the workers' own payload converter writes, in an encoding of its own.
+type cents int64
+
+// centsConverter writes cents as "binary/cents", its decimal digits: an encoding no codec made.
+type centsConverter struct{}
+
+func (centsConverter) ToPayload(v any) (*commonpb.Payload, error) {
+	c, ok := v.(cents)
+	if !ok {
+		return nil, nil
+	}
+	return &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte("binary/cents")}, Data: []byte(strconv.FormatInt(int64(c), 10))}, nil
+}
+
+func (centsConverter) FromPayload(p *commonpb.Payload, ptr any) error {
+	n, err := strconv.ParseInt(string(p.GetData()), 10, 64)
+	switch v := ptr.(type) {
+	case *cents:
+		*v = cents(n)
+	case *any:
+		*v = cents(n)
+	default:
+		return fmt.Errorf("binary/cents decodes into *cents, not %T", ptr)
+	}
+	return err
+}
+
+func (centsConverter) ToString(p *commonpb.Payload) string { return string(p.GetData()) }
+func (centsConverter) Encoding() string                    { return "binary/cents" }
+
+// A result in an encoding of the workers' own DataConverter is not sealed: the client, given
+// that DataConverter and no codecs, reads it and resolves beside it.
+func TestResolveWithoutCodecsBesideResultsOfACustomConverter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dc := converter.NewCompositeDataConverter(centsConverter{}, converter.NewJSONPayloadConverter())
+	s, op, _ := setup(t, &activity.Config{DataConverter: dc})
+	op, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: op.Config().Schema, DataConverter: dc})
+	require.NoError(t, err)
+	_, err = activity.Do(ctx, s, call(t, "order-0/charge", 5), func(context.Context) (cents, error) { return 500, nil })
+	require.NoError(t, err)
+	c := call(t, "order-1/charge", 100)
+	c.Lease = 20 * time.Millisecond
+	calls := unknownOutcome(t, ctx, s, c)
+	_, err = op.Resolve(ctx, c.Key.Token(), operator.Resolution{Applied: true, Result: cents(10000), By: "ops", Reason: "the provider shows it"})
+	require.NoError(t, err)
+	out, err := activity.Do(ctx, s, c, func(context.Context) (cents, error) { *calls++; return 0, nil })
+	require.NoError(t, err)
+	require.Equal(t, cents(10000), out)
+}
+
+// The operator prints a keyed fingerprint as keyed (k<version>:), as the workers recorded it.
+func TestReceiptShowsAKeyedFingerprint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := []byte("a fingerprint key of 32 bytes!!!")
+	s, op, _ := setup(t, &activity.Config{FingerprintKeys: [][]byte{key}})
+	c := call(t, "order-0/charge", 5)
+	_, err := activity.Do(ctx, s, c, func(context.Context) (chargeResult, error) { return chargeResult{}, nil })
+	require.NoError(t, err)
+	r, err := op.Receipt(ctx, c.Key.Token())
+	require.NoError(t, err)
+	require.Equal(t, c.Fingerprint.Keyed(key).String(), r.Fingerprint)
+	require.Equal(t, "k1:", r.Fingerprint[:3])
 }
