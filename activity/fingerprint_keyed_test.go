@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/activity"
@@ -182,4 +183,30 @@ func TestFingerprintKeysAreValidated(t *testing.T) {
 	require.ErrorContains(t, err, "Config.FingerprintKeys[0] is 5 bytes")
 	_, err = activity.NewStore(pgtest.Pool(t), &activity.Config{FingerprintKeys: [][]byte{fpKey1, fpKey2, fpKey1}})
 	require.ErrorContains(t, err, "Config.FingerprintKeys[2] repeats Config.FingerprintKeys[0]")
+}
+
+// The transactional path (DoInNewTx) keys what it records, and replays a receipt recorded
+// before the key was turned on.
+func TestFingerprintKeyInNewTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plain, schema := setup(t, nil)
+	req := Transfer2{Seller: "s1", Amount: 10}
+	calls := 0
+	inTx := func(s *activity.Store, id string) (int, error) {
+		return activity.DoInNewTx(ctx, s, activity.Call{Key: keys.Key{Namespace: "default", Operation: "Pay", ID: id}, Request: req},
+			func(context.Context, pgx.Tx) (int, error) { calls++; return calls, nil })
+	}
+	first, err := inTx(plain, "tx-1")
+	require.NoError(t, err)
+	keyed := keyedOn(t, schema, fpKey1)
+	again, err := inTx(keyed, "tx-1")
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	_, err = inTx(keyed, "tx-2")
+	require.NoError(t, err)
+	require.True(t, storedFingerprint(t, schema, "tx-2").IsKeyed(), "DoInNewTx recorded a plain fingerprint on a keyed store")
+	_, err = inTx(keyed, "tx-2")
+	require.NoError(t, err)
+	require.Equal(t, 2, calls)
 }
