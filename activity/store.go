@@ -25,6 +25,9 @@ import (
 //   - DataConverter: encodes stored results; the worker client's conversion without its codecs.
 //     Default converter.GetDefaultDataConverter().
 //   - Codecs: encode stored results at rest (your encryption codec). Default none.
+//   - FingerprintKeys: key the request fingerprints receipts record (HMAC-SHA256), so that a
+//     stored fingerprint confirms no guess of the request; the first key signs, all verify, and
+//     so does the plain form of receipts recorded before (docs/keys.md). Default none.
 //   - FailureConverter: records final failures; the worker client's. Default
 //     temporal.GetDefaultFailureConverter().
 //   - MetricsHandler: the metrics not tied to one activity: the worker's purger sends its count

@@ -109,6 +109,12 @@
 // before version 2 keep matching their retries that way, but the tags and the nil rule protect
 // only intents recorded after the upgrade.
 //
+// A plain fingerprint is an unsalted hash: for a guessable request (an amount, an email address)
+// whoever reads it can confirm a guess. Fingerprint.Keyed and KeyedFingerprintOf key it with a
+// secret (HMAC-SHA256; version KeyedVersionBase+v, written "k2:<hex>"), and MatchesKeyed compares a
+// request's plain fingerprint with a stored one, plain or keyed under any of several secrets. A
+// store with activity.Config.FingerprintKeys does both itself.
+//
 // Malformed parts (empty, too long, NUL or control bytes, invalid UTF-8) are an
 // *InvalidKeyError; a missing identity is ErrNoIdentity. Both are returned before anything is
 // scheduled, written or called.

@@ -74,22 +74,28 @@ type Fingerprint struct {
 	Sum     [sha256.Size]byte
 }
 
-// String renders the fingerprint as "v1:<hex>".
+// String renders the fingerprint as "v1:<hex>", or "k1:<hex>" when it is keyed (see Keyed).
 func (f Fingerprint) String() string {
-	return "v" + strconv.Itoa(int(f.Version)) + ":" + hex.EncodeToString(f.Sum[:])
+	prefix := "v"
+	if f.IsKeyed() {
+		prefix = "k"
+	}
+	return prefix + strconv.Itoa(int(f.plainVersion())) + ":" + hex.EncodeToString(f.Sum[:])
 }
 
 // Matches reports whether f and stored (typically a request's fingerprint and one read from a
 // receipt) identify the same request: when they are equal, or when both are of version 1 or 2
 // and their sums are equal. Versions 1 and 2 hash the same canonical JSON grammar and differ only
 // in how a Go value becomes JSON, so equal sums are equal canonical text. A future version that
-// changes the grammar must not be matched to these by sum.
+// changes the grammar must not be matched to these by sum. Keyed fingerprints (see Keyed) follow
+// the same rule among themselves, and never match a plain one: MatchesKeyed compares a plain
+// fingerprint with a keyed one, given the secrets.
 func (f Fingerprint) Matches(stored Fingerprint) bool {
-	if f.Sum != stored.Sum {
+	if f.IsKeyed() != stored.IsKeyed() || !sumsEqual(&f.Sum, &stored.Sum) {
 		return false
 	}
 	sameGrammar := func(v int16) bool { return v == 1 || v == 2 }
-	return f.Version == stored.Version || sameGrammar(f.Version) && sameGrammar(stored.Version)
+	return f.Version == stored.Version || sameGrammar(f.plainVersion()) && sameGrammar(stored.plainVersion())
 }
 
 // FingerprintJSON fingerprints a request given as JSON. Object member order and insignificant

@@ -44,7 +44,8 @@ type Receipt struct {
 	// Fence counts reservations and takeovers; Attempts the attempts that held the receipt.
 	Fence    int64
 	Attempts int
-	// Fingerprint is the request's fingerprint, as "v<version>:<hex>".
+	// Fingerprint is the request's fingerprint, as "v<version>:<hex>", or "k<version>:<hex>"
+	// when the workers key it (activity.Config.FingerprintKeys).
 	Fingerprint string
 	// Result is the recorded result as the workers' DataConverter made it (Config.Codecs
 	// undone), nil when there is none; ResultText renders it.
@@ -170,7 +171,7 @@ func (c *Client) scan(row pgx.Row) (Receipt, error) {
 		return Receipt{}, err
 	}
 	r.Token, r.Compensates = keys.Token(token), keys.Token(comp)
-	r.Fingerprint = fmt.Sprintf("v%d:%x", fpVersion, fp)
+	r.Fingerprint = storedFingerprint(fpVersion, fp)
 	switch {
 	case r.State == StateCompleted:
 		r.Status = StatusSucceeded

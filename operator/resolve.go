@@ -46,6 +46,8 @@ type Resolution struct {
 // only a receipt that Receipt.Unresolved marks may be settled by hand. An attempt that still
 // holds an ended lease loses it: its late write matches nothing, and it returns what r recorded
 // (Applied) or a retryable FencedOut (not applied), after which the next attempt calls again.
+// A client without Codecs refuses (ErrSealedResults) to store a result beside results that the
+// workers' codecs sealed.
 func (c *Client) Resolve(ctx context.Context, token keys.Token, r Resolution) (Receipt, error) {
 	if strings.TrimSpace(r.By) == "" || strings.TrimSpace(r.Reason) == "" {
 		return Receipt{}, errors.New("resolve: say who resolves (Resolution.By) and why (Resolution.Reason); both are recorded on the receipt")
@@ -59,12 +61,16 @@ func (c *Client) Resolve(ctx context.Context, token keys.Token, r Resolution) (R
 		// call again, and a second effect, where the caller meant to record one.
 		return Receipt{}, errors.New("resolve: Resolution.Result is set but Applied is false; set Applied to record the result, or drop Result to record that the effect did not happen")
 	}
-	if _, err := c.Receipt(ctx, token); err != nil {
+	before, err := c.Receipt(ctx, token)
+	if err != nil {
 		return Receipt{}, fmt.Errorf("resolve: %w", err)
 	}
 	stmt := resolveNotApplied
 	args := []any{string(token), newReservation(), r.By, r.Reason}
 	if r.Applied {
+		if err := c.checkUnsealed(ctx, before.Key); err != nil {
+			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)
+		}
 		result, err := c.encode(r.Result)
 		if err != nil {
 			return Receipt{}, fmt.Errorf("resolve %s: %w", token, err)

@@ -78,7 +78,7 @@ func (a *app) printPage(page operator.Page, asJSON bool) error {
 }
 
 func (a *app) show(ctx context.Context, args []string) error {
-	f := a.flags("receipts show", "[TOKEN]", "Prints every field of the receipt under TOKEN (or --key), with its compensations,\nor of every receipt a workflow wrote (--workflow).")
+	f := a.flags("receipts show", "[TOKEN]", "Prints every field of the receipt under TOKEN (or --key), with its compensations,\nor of every receipt a workflow wrote (--workflow). A result that the workers' codecs sealed\n(activity.Config.Codecs) is shown sealed, as <encoding, size>: this command has no codecs.")
 	var key, workflowID string
 	var asJSON bool
 	f.StringVar(&key, "key", "", "the receipt's key as NAMESPACE/TENANT/OPERATION/ID (as errors and logs of older versions print it)")
@@ -183,8 +183,10 @@ func (a *app) resolve(ctx context.Context, args []string) error {
                             worker's request may still land) before you say so.
 
 Only an unknown outcome, or a lease that ended after a possible effect, can be resolved.
-Who, when and why are recorded on the receipt. The result is stored as JSON, unencrypted:
-a store with Config.Codecs should resolve with operator.Client.Resolve from Go instead.`)
+Who, when and why are recorded on the receipt. The result is stored as JSON, unsealed: this
+command has no codecs. Where the workers seal results (activity.Config.Codecs), --applied is
+refused once results sealed by them are stored beside the receipt: resolve from Go with an
+operator.Client whose Config.Codecs are the workers'. --not-applied stores no result.`)
 	var applied, notApplied bool
 	var result, reason, by string
 	f.BoolVar(&applied, "applied", false, "the effect happened (give --result)")
@@ -215,7 +217,7 @@ a store with Config.Codecs should resolve with operator.Client.Resolve from Go i
 			res.Result = json.RawMessage(result)
 		}
 		r, err := s.op.Resolve(ctx, keys.Token(f.arg(0)), res)
-		if errors.Is(err, operator.ErrNoReceipt) || errors.Is(err, operator.ErrNotUnresolved) {
+		if errors.Is(err, operator.ErrNoReceipt) || errors.Is(err, operator.ErrNotUnresolved) || errors.Is(err, operator.ErrSealedResults) {
 			return &refusedError{err}
 		}
 		if err != nil {

@@ -127,7 +127,7 @@ func (b *Batch) Item(ctx context.Context, i int, fn PayloadFunc) (p *commonpb.Pa
 			return nil, false, err
 		}
 		obs := newObserver(ctx, s, c.Key)
-		if err := s.checkFingerprint(c, *r, obs); err != nil {
+		if err := s.checkFingerprint(&c, *r, obs); err != nil {
 			return nil, false, err
 		}
 		obs.count(telemetry.ReceiptReplayed)

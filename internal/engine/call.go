@@ -69,6 +69,8 @@ type Call struct {
 
 	// origin is filled from the context by the Store, never by callers.
 	origin origin
+	// plain is the unkeyed Fingerprint when the Store keyed it (Config.FingerprintKeys).
+	plain keys.Fingerprint
 	// readUnfinished says that the caller has just read the receipt and found none finished
 	// (ForEach's items), so that no lookup goes before the reservation.
 	readUnfinished bool

@@ -60,7 +60,7 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 	// At most a few rounds: each round either answers, or lost a takeover race to an attempt
 	// that changed the row.
 	for range 3 {
-		if err := s.checkFingerprint(c, r, obs); err != nil {
+		if err := s.checkFingerprint(&c, r, obs); err != nil {
 			return nil, err
 		}
 		if err := checkCompensated(c, r, obs); err != nil {

@@ -172,7 +172,7 @@ func (s *Store) recordFailureTx(ctx context.Context, conn *pgx.Conn, c Call, fnE
 
 // answerTx answers a DoInNewTx or DoInTx call (RegisterTx) from an existing receipt.
 func (s *Store) answerTx(c Call, r receipt, obs observer) (*commonpb.Payload, error) {
-	if err := s.checkFingerprint(c, r, obs); err != nil {
+	if err := s.checkFingerprint(&c, r, obs); err != nil {
 		return nil, err
 	}
 	if err := checkCompensated(c, r, obs); err != nil {

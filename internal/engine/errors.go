@@ -35,12 +35,12 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	if e.Stored.Version != e.Actual.Version {
+	if e.Stored.Version != e.Actual.Version && !e.Stored.IsKeyed() && !e.Actual.IsKeyed() {
 		return fmt.Sprintf("payload mismatch for %s: the receipt's fingerprint is version %d and this build computes version %d; the receipt cannot be compared, so nothing was called",
 			ref(e.Key), e.Stored.Version, e.Actual.Version)
 	}
-	return fmt.Sprintf("payload mismatch for %s: the same key was used with a different request (recorded %s, got %s); use a new key for a new intent",
-		ref(e.Key), e.Stored, e.Actual)
+	return fmt.Sprintf("payload mismatch for %s: the same key was used with a different request (recorded %s, got %s); use a new key for a new intent%s",
+		ref(e.Key), e.Stored, e.Actual, keyedMismatchNote(e.Stored))
 }
 
 func (e *MismatchError) Is(target error) bool { return target == ErrPayloadMismatch }

@@ -241,6 +241,7 @@ func (s *Store) check(c *Call) error {
 	if c.Fingerprint.Version == 0 {
 		return fmt.Errorf("%s: %w: the call has no fingerprint; set Call.Request (or Call.Fingerprint with keys.FingerprintOf)", ref(c.Key), keys.ErrNotCanonicalizable)
 	}
+	s.keyFingerprint(c)
 	// ScheduledAt is stamped by the Temporal server and compared with this worker's clock: skew
 	// of seconds against a retention of days does not matter.
 	if !c.ScheduledAt.IsZero() && time.Since(c.ScheduledAt) > s.cfg.Retention {
@@ -252,15 +253,14 @@ func (s *Store) check(c *Call) error {
 // checkFingerprint refuses a receipt recorded for another request. A receipt recorded under an
 // older fingerprint version is compared under that version when the call still has its request
 // (Register, RegisterTx, ForEach and a Call with Request do), so that an upgrade does not turn
-// the retries of intents in flight into mismatches.
-func (s *Store) checkFingerprint(c Call, r receipt, obs observer) error {
-	if c.Fingerprint.Matches(r.fingerprint) {
+// the retries of intents in flight into mismatches; so is one recorded before the store's
+// fingerprint key was turned on, or under an older key (see fingerprintMatches). A matching
+// receipt's fingerprint becomes c's, so that an attempt that takes it over completes it under
+// the form it was recorded with.
+func (s *Store) checkFingerprint(c *Call, r receipt, obs observer) error {
+	if s.fingerprintMatches(*c, r.fingerprint) {
+		c.Fingerprint = r.fingerprint
 		return nil
-	}
-	if c.Request != nil && r.fingerprint.Version != c.Fingerprint.Version {
-		if fp, err := keys.FingerprintAt(c.Request, r.fingerprint.Version); err == nil && fp.Matches(r.fingerprint) {
-			return nil
-		}
 	}
 	obs.count(telemetry.ReceiptMismatched)
 	return &MismatchError{Key: c.Key, Stored: r.fingerprint, Actual: c.Fingerprint}

@@ -58,6 +58,14 @@ type Config struct {
 	// your encryption codec to keep stored results encrypted at rest. Without it, the receipts
 	// table holds results as the DataConverter made them, unencrypted.
 	Codecs []converter.PayloadCodec
+	// FingerprintKeys, when set, key the request fingerprints that receipts record
+	// (HMAC-SHA256, see keys.Fingerprint.Keyed): a plain fingerprint is an unsalted hash of the
+	// request, which anyone who reads it can confirm a guessed request against (an amount, an
+	// email address). The first key signs; every key verifies, and so does the plain form, so
+	// that receipts recorded before the key was turned on, or under an older key, still replay.
+	// To rotate, put the new key first and keep the old ones for the Retention. Each key is at
+	// least 16 random bytes (32 recommended). Default none: fingerprints are plain.
+	FingerprintKeys [][]byte
 	// FailureConverter records a final failure as a Temporal failure and turns it back into
 	// the error a replay returns, with its type, message, details and cause. Use the same one
 	// as the worker's client (client.Options.FailureConverter), so that a replayed failure's
@@ -89,6 +97,7 @@ func (c *Config) WithDefaults() Config {
 		out = *c
 	}
 	out.Schema = cmp.Or(out.Schema, "tempotent")
+	out.FingerprintKeys = cloneKeys(out.FingerprintKeys)
 	out.Retention = cmp.Or(out.Retention, schema.RetentionDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, 1<<20)
 	out.InProgressDelayMax = cmp.Or(out.InProgressDelayMax, 10*time.Second)
@@ -124,6 +133,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("Config.LockTimeout is %v; it must be at least a millisecond", c.LockTimeout)
 	case c.StatementTimeout < time.Millisecond:
 		return fmt.Errorf("Config.StatementTimeout is %v; it must be at least a millisecond", c.StatementTimeout)
+	}
+	if err := validateFingerprintKeys(c.FingerprintKeys); err != nil {
+		return err
 	}
 	if _, ok := c.DataConverter.(*converter.CodecDataConverter); ok {
 		return errors.New("Config.DataConverter is a codec data converter: give the converter it wraps and put its codecs in Config.Codecs. " +
