@@ -10,7 +10,6 @@ import (
 
 	"github.com/tempotent/tempotent/console"
 	"github.com/tempotent/tempotent/internal/pgtest"
-	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/outbox"
 )
@@ -229,5 +228,4 @@ func TestMountedUnderAPath(t *testing.T) {
 	require.Contains(t, page, `href="/ops/tempotent/static/console.css"`)
 	require.Contains(t, page, `action="/ops/tempotent/receipts/`+string(tok)+`/rearm"`)
 	require.Equal(t, http.StatusNotFound, e.do(http.MethodGet, "/ops/tempotent/outbox", &alice, nil, nil).status, "the outbox is served without an Outbox")
-	var _ keys.Token = tok
 }

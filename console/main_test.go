@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -215,5 +214,3 @@ func form(kv ...string) url.Values {
 	}
 	return v
 }
-
-var _ = fmt.Sprintf
