@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -192,6 +193,16 @@ func TestInsecureLocalReader(t *testing.T) {
 	r := e.do(http.MethodPost, receiptPath(tok)+"/resolve", nil, form("outcome", "not-applied", "reason", "x"), e.sameOrigin())
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.Zero(t, e.auditRows())
+
+	// A request from another host is refused: the handler itself, called as a server would for
+	// a remote client (httptest's client is always on loopback).
+	for addr, want := range map[string]int{"203.0.113.9:4711": http.StatusUnauthorized, "[::1]:4711": http.StatusOK, "127.0.0.1:4711": http.StatusOK} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, want, rec.Code, "a request without credentials from %s", addr)
+	}
 }
 
 // New names the setting it refuses.

@@ -66,6 +66,23 @@ func TestReaderCannotAct(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, r.status, "POST %s as the reader: %s", path, r.body)
 	}
 	require.Zero(t, e.auditRows())
+
+	// A user demoted to reader while a form with a valid token is open in the browser: the role,
+	// not only the token, refuses the action.
+	demoted := bob
+	demoted.Role = console.RoleOperator
+	before, err := console.New(console.Config{Operator: e.op, Users: []console.User{demoted}, Secret: []byte("kept secret")})
+	require.NoError(t, err)
+	e.srv.Config.Handler = before
+	bobToken := e.csrf(receiptPath(tok), demoted)
+	after, err := console.New(console.Config{Operator: e.op, Users: []console.User{bob}, Secret: []byte("kept secret")})
+	require.NoError(t, err)
+	e.srv.Config.Handler = after
+	r := e.do(http.MethodPost, receiptPath(tok)+"/resolve", &bob, form("outcome", "not-applied", "reason", "x", "csrf", bobToken), e.sameOrigin())
+	require.Equal(t, http.StatusForbidden, r.status, "a reader acted with a token from when it was an operator")
+	require.Contains(t, r.body, "reads only")
+	require.Zero(t, e.auditRows())
+
 	m, err := e.out.Get(context.Background(), "paid/1")
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateDead, m.State)
@@ -107,7 +124,8 @@ func TestCSRFTokenBoundToSecretAndUser(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	tok := e.unknown("order-1")
-	carol := console.User{Name: "carol@example.com", Password: "carol-operator-pw", Role: console.RoleOperator}
+	// carol has alice's password: the token is bound to the name too.
+	carol := console.User{Name: "carol@example.com", Password: alice.Password, Role: console.RoleOperator}
 	h, err := console.New(console.Config{Operator: e.op, Users: []console.User{alice, carol}, Secret: []byte("secret one")})
 	require.NoError(t, err)
 	e.srv.Config.Handler = h
