@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -129,6 +130,17 @@ func TestOutboxThroughTheForms(t *testing.T) {
 		require.Equal(t, alice.Name, row.Actor)
 	}
 	require.Contains(t, e.get(messagePath("paid/1"), bob), "INC-42: receiver fixed")
+
+	// A page of one record links to the older one.
+	h, err := console.New(console.Config{Operator: e.op, Users: []console.User{bob}, PageSize: 1})
+	require.NoError(t, err)
+	e.srv.Config.Handler = h
+	newest := e.get("/audit", bob)
+	require.Contains(t, newest, "INC-43: duplicate")
+	require.NotContains(t, newest, "INC-42")
+	older := regexp.MustCompile(`href="(/audit\?before=\d+)"`).FindStringSubmatch(newest)
+	require.NotNil(t, older, "the audit page does not link to the older records")
+	require.Contains(t, e.get(older[1], bob), "INC-42: receiver fixed")
 }
 
 // A result is shown, decoded with the codecs, to the operator only.

@@ -375,5 +375,20 @@ func (h *Handler) audit(r *http.Request) (any, error) {
 			return nil, statusf(http.StatusBadRequest, "before is %q, not an audit record's ID", b)
 		}
 	}
-	return h.cfg.Operator.AuditLog(r.Context(), h.cfg.PageSize, before)
+	entries, err := h.cfg.Operator.AuditLog(r.Context(), h.cfg.PageSize, before)
+	if err != nil {
+		return nil, err
+	}
+	d := auditData{Entries: entries}
+	if len(entries) == h.cfg.PageSize {
+		d.Older = entries[len(entries)-1].ID
+	}
+	return d, nil
+}
+
+// auditData is the audit page's: a page of records, newest first, and the cursor of the older
+// ones (0 when this page is the last).
+type auditData struct {
+	Entries []operator.AuditEntry
+	Older   int64
 }
