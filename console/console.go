@@ -104,7 +104,8 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return "console: Config." + e.Field + ": " + e.Problem }
 
 // Handler is the console: an http.Handler to mount in an admin server of your own (at
-// Config.Path), or to serve with `tempotent ui`. It is safe for concurrent use.
+// Config.Path), or to serve with `tempotent ui`. It is safe for concurrent use. Make it with New;
+// the zero Handler is not usable.
 type Handler struct {
 	cfg    Config
 	users  []credential
