@@ -66,6 +66,7 @@ func (a *app) commands() []command {
 		{"webhooks", "count the deliveries each webhook intake accepted, or list one's (--source)", a.webhooks},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
+		{"ui", "serve the web console (127.0.0.1:8080): receipts, outbox, audit; act with a reason", a.ui},
 		{"doctor", "check schema version, indexes, clock skew, retention against key memory", a.doctor},
 	}
 }
