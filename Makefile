@@ -19,9 +19,10 @@ help: ## List the targets.
 
 # Modules of their own, so that the toolkit's go.mod carries neither stripe-go (the Stripe
 # adapter), OpenTelemetry (the tracing tests), nats.go and franz-go (the outbox's
-# JetStream and Kafka publishers) nor DBOS (the benchmark's peer). make test runs the nested modules' tests; the benchmark module
+# JetStream and Kafka publishers), chromedp (the console's browser test) nor DBOS (the
+# benchmark's peer). make test runs the nested modules' tests; the benchmark module
 # is vetted and linted, and run by make bench.
-NESTED := downstream/stripe tracing outbox/natsjs outbox/kafka
+NESTED := downstream/stripe tracing outbox/natsjs outbox/kafka console/browsertest
 TOOLS := bench
 
 # Compiles internal/failpoint's failpoints in; the fault tests build their worker with it.
@@ -34,7 +35,8 @@ CHAOS_TIMEOUT ?= 60m
 demo: bin/temporal ## Run the payment saga end to end: dev server, fakepay, worker, N orders (N=50), summary.
 	$(GO) run ./samples/payment/cmd/demo -orders $(or $(N),50)
 
-test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server; activity's again on partitioned receipts.
+test: vet bin/temporal ## Vet, then every test with the race detector: real Postgres (TEST_DATABASE_URL), real dev server, real Chromium; activity's again on partitioned receipts.
+	@[ -n "$$CHROMIUM" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || { echo "make test: the console's browser test drives Chromium: apt-get install chromium (Debian's package), or set CHROMIUM to a browser's binary"; exit 1; }
 	$(GO) test -race -count=1 ./...
 	TEMPOTENT_TEST_PARTITIONED=1 $(GO) test -race -count=1 ./activity/ ./internal/engine/ ./operator/
 	$(GO) test -race -count=1 -tags $(FAILPOINTS_TAG) ./internal/failpoint/

@@ -28,6 +28,7 @@
 //	migrate             apply the migrations, or --print their SQL for your own tool
 //	doctor              schema version, indexes, clock skew, retention against key memory; exit 4 when
 //	                    unresolved receipts, dead messages or an old pending one cross --max-… limits
+//	ui                  the web console on 127.0.0.1:8080 (receipts, outbox, audit; act with a reason); --users FILE
 //
 // Every command takes --help. list, show, stats, inbox and webhooks take --json for scripts.
 // Text that producers, downstreams or webhook senders wrote (message IDs, topics, errors,
