@@ -24,6 +24,7 @@
 //	outbox discard      delete a dead message undelivered (or --all-dead matching filters); audited
 //	inbox               inbox records per consumer (count, oldest, newest, within --window), or one --consumer's
 //	webhooks            deliveries each webhook intake accepted, per source, or one --source's
+//	audit               the audit log, newest first: who did what, to which receipt or message, and why
 //	stats               counts by operation and state, the oldest unresolved receipt
 //	migrate             apply the migrations, or --print their SQL for your own tool
 //	doctor              schema version, indexes, clock skew, retention against key memory; exit 4 when
