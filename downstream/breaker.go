@@ -20,9 +20,9 @@ const (
 	BreakerProbesDefault   = 1
 )
 
-// BreakerConfig configures the circuit breaker of a Transport. The zero value is the defaults:
-// a host's circuit opens after BreakerFailuresDefault failures in a row, stays open
-// BreakerOpenDefault, then lets BreakerProbesDefault probe through.
+// BreakerConfig configures the circuit breaker of a Transport: off unless Enabled. Enabled with
+// every other field zero, a host's circuit opens after BreakerFailuresDefault failures in a row,
+// stays open BreakerOpenDefault, then lets BreakerProbesDefault probe through.
 //
 // A failure is an answer that says the host is not well: a 5xx, a 429, or no answer at all (a
 // refused or broken connection, a timeout). Any other answer, a 4xx included, is a success: the
@@ -31,8 +31,9 @@ const (
 //
 // The state is a few words per host that has failed, kept for the Transport's life.
 type BreakerConfig struct {
-	// Disabled turns the breaker off: every request is sent, whatever the host did before.
-	Disabled bool
+	// Enabled turns the breaker on. Off by default: a Transport sends every request, whatever
+	// the host did before, and Temporal's retry policy alone paces the attempts.
+	Enabled bool
 	// Failures is how many failures in a row at one host open its circuit. Default
 	// BreakerFailuresDefault.
 	Failures int
@@ -66,7 +67,7 @@ func (c BreakerConfig) WithDefaults() BreakerConfig {
 func (c BreakerConfig) validate() error {
 	switch {
 	case c.Failures < 0:
-		return &ConfigError{Field: "Transport.Breaker.Failures", Problem: fmt.Sprintf("is %d; want 1 or more (0 for the default %d), or set Disabled", c.Failures, BreakerFailuresDefault)}
+		return &ConfigError{Field: "Transport.Breaker.Failures", Problem: fmt.Sprintf("is %d; want 1 or more (0 for the default %d), or leave Enabled false", c.Failures, BreakerFailuresDefault)}
 	case c.Open < 0:
 		return &ConfigError{Field: "Transport.Breaker.Open", Problem: fmt.Sprintf("is %v; want a positive duration (0 for the default %v)", c.Open, BreakerOpenDefault)}
 	case c.OpenMax < c.Open:

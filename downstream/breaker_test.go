@@ -95,7 +95,7 @@ func TestBreakerHostDownAndBack(t *testing.T) {
 	t.Parallel()
 	flaky, healthy := newSwitchable(t), newSwitchable(t)
 	clk := newClock()
-	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 3, Open: 10 * time.Second, Now: clk.Now}}}
+	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 3, Open: 10 * time.Second, Now: clk.Now}}}
 	ctx := context.Background()
 
 	flaky.status.Store(http.StatusServiceUnavailable)
@@ -152,7 +152,7 @@ func TestBreakerHalfOpenLetsOnlyTheProbesThrough(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	clk := newClock()
-	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1, Open: time.Second, Probes: probes, Now: clk.Now}}}
+	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1, Open: time.Second, Probes: probes, Now: clk.Now}}}
 	ctx := context.Background()
 	temporaltest.RequireAppError(t, call(t, client, ctx, srv.URL), downstream.ErrTypeUnavailable, true)
 	failing.Store(false)
@@ -196,7 +196,7 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 			t.Parallel()
 			srv := newSwitchable(t)
 			srv.status.Store(int32(tc.status))
-			client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1}}}
+			client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1}}}
 			_ = call(t, client, context.Background(), srv.URL)
 			_ = call(t, client, context.Background(), srv.URL)
 			require.Equal(t, map[bool]int32{true: 1, false: 2}[tc.fails], srv.hits.Load())
@@ -206,7 +206,7 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 		t.Parallel()
 		srv := newSwitchable(t)
 		srv.Close()
-		client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1}}}
+		client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1}}}
 		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeNetwork, true)
 		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeCircuitOpen, true)
 	})
@@ -237,7 +237,7 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 	t.Run("CancelledThenTimeout", func(t *testing.T) {
 		t.Parallel()
 		srv, arrived := hanging(t)
-		client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1}}}
+		client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1}}}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-arrived; cancel() }()
 		temporaltest.RequireAppError(t, call(t, client, ctx, srv.URL), downstream.ErrTypeNetwork, true)
@@ -252,12 +252,13 @@ func TestBreakerCountsWhatSaysTheHostIsDown(t *testing.T) {
 	})
 }
 
-// TestBreakerDisabled: with Breaker.Disabled, every request is sent however often the host failed.
-func TestBreakerDisabled(t *testing.T) {
+// TestBreakerOffUnlessEnabled: without Breaker.Enabled, every request is sent however often the
+// host failed, whatever the other settings say.
+func TestBreakerOffUnlessEnabled(t *testing.T) {
 	t.Parallel()
 	srv := newSwitchable(t)
 	srv.status.Store(http.StatusServiceUnavailable)
-	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Disabled: true, Failures: 1}}}
+	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1}}}
 	for range 10 {
 		temporaltest.RequireAppError(t, call(t, client, context.Background(), srv.URL), downstream.ErrTypeUnavailable, true)
 	}
@@ -293,7 +294,7 @@ func TestBreakerInHTTPPublisher(t *testing.T) {
 	t.Parallel()
 	srv := newSwitchable(t)
 	srv.status.Store(http.StatusBadGateway)
-	pub := &outbox.HTTPPublisher{URL: srv.URL, Client: &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 2}}}}
+	pub := &outbox.HTTPPublisher{URL: srv.URL, Client: &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 2}}}}
 	d := outbox.Delivery{Message: outbox.Message{ID: "m1", Topic: "t", Payload: []byte("{}")}, Attempt: 1}
 	for range 2 {
 		require.Error(t, pub.Publish(context.Background(), d))
@@ -318,7 +319,7 @@ func TestBreakerCountsAPanicAsAFailure(t *testing.T) {
 		}
 		return respond(http.StatusServiceUnavailable, "", nil), nil
 	})
-	tr := &downstream.Transport{Base: base, Breaker: downstream.BreakerConfig{Failures: 1, Open: time.Second, Now: clk.Now}}
+	tr := &downstream.Transport{Base: base, Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1, Open: time.Second, Now: clk.Now}}
 	client := &http.Client{Transport: tr}
 	temporaltest.RequireAppError(t, call(t, client, context.Background(), "http://provider.test/v1/charges"), downstream.ErrTypeUnavailable, true)
 	clk.Add(time.Second)

@@ -23,7 +23,7 @@ func ExampleBreakerConfig() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer provider.Close()
-	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 2}}}
+	client := &http.Client{Transport: &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 2}}}
 
 	k, _ := keys.Explicit("default", "", "charge", "order-123")
 	ctx := keys.WithToken(context.Background(), k.Token())

@@ -46,8 +46,8 @@ func (e *NoKeyError) NotApplied() bool { return true }
 //	client := &http.Client{Transport: &downstream.Transport{}}
 //	req, _ := http.NewRequestWithContext(ctx, "POST", url, body) // ctx: the activity's context
 //
-// Every request, safe or not, also goes through a circuit breaker per host (see BreakerConfig):
-// after a host failed Breaker.Failures times in a row, requests to it are refused unsent with a
+// With Breaker.Enabled, every request, safe or not, also goes through a circuit breaker per host
+// (see BreakerConfig): after a host failed Breaker.Failures times in a row, requests to it are refused unsent with a
 // *CircuitOpenError until its open period is over, then a few probes go; the first to succeed
 // closes the circuit. A provider that is down is then not called by every attempt of every
 // workflow, and the attempts refused are told when to come back (Check turns the refusal into a
@@ -55,8 +55,9 @@ func (e *NoKeyError) NotApplied() bool { return true }
 // Transport value: share one Transport (one http.Client) among every call to a provider; a
 // Transport made per request never opens. A Transport must not be copied after first use.
 //
-// The zero Transport uses http.DefaultTransport, HeaderDefault and the breaker's defaults; set
-// Breaker.Disabled to send every request whatever the host did before.
+// The zero Transport uses http.DefaultTransport and HeaderDefault, with no breaker; set
+// Breaker.Enabled to have one (a 500 for one request counts against its whole host, so turn it
+// on for providers whose 5xx mean the host is unwell, and share the Transport).
 type Transport struct {
 	// Base sends the request; default http.DefaultTransport.
 	Base http.RoundTripper
@@ -65,11 +66,11 @@ type Transport struct {
 	// Format renders the token; default the token itself. Use keys.Token.UUID for APIs that
 	// want a UUID.
 	Format func(keys.Token) string
-	// Breaker configures the circuit breaker; the zero value is its defaults.
+	// Breaker configures the circuit breaker per host; the zero value is none.
 	Breaker BreakerConfig
 
 	once    sync.Once
-	breaker *breaker // nil when Disabled
+	breaker *breaker // nil unless Breaker.Enabled
 	err     error    // of Breaker's settings
 }
 
@@ -78,7 +79,7 @@ type Transport struct {
 func (t *Transport) Validate() error {
 	t.once.Do(func() {
 		cfg := t.Breaker.WithDefaults()
-		if t.err = cfg.validate(); t.err == nil && !cfg.Disabled {
+		if t.err = cfg.validate(); t.err == nil && cfg.Enabled {
 			t.breaker = &breaker{cfg: cfg}
 		}
 	})

@@ -106,8 +106,8 @@ type HTTPPublisher struct {
 	// host: after a run of failures (5xx, 429, no answer) the publisher stops calling that host
 	// for a while, and each message it would have sent fails retryably with a
 	// *downstream.CircuitOpenError, so a receiver that is down is not called for every message
-	// of the backlog. On by default (downstream.BreakerConfig's defaults); Breaker.Disabled
-	// turns it off.
+	// of the backlog. Off unless Breaker.Enabled. A message refused by an open circuit counts as
+	// an attempt, like any failure: give MaxAttempts room for the open periods.
 	Breaker downstream.BreakerConfig
 
 	// once builds client on the first Publish: one Transport, and so one breaker, for every

@@ -24,7 +24,7 @@ func TestHTTPPublisherBreaksTheCircuitAcrossPublishes(t *testing.T) {
 		w.WriteHeader(http.StatusBadGateway)
 	}))
 	defer srv.Close()
-	pub := &outbox.HTTPPublisher{URL: srv.URL, Breaker: downstream.BreakerConfig{Failures: 2}}
+	pub := &outbox.HTTPPublisher{URL: srv.URL, Breaker: downstream.BreakerConfig{Enabled: true, Failures: 2}}
 	for i := range 5 {
 		d := outbox.Delivery{Message: outbox.Message{ID: "m" + string(rune('a'+i)), Topic: "t", Payload: []byte("{}")}, Attempt: 1}
 		err := pub.Publish(context.Background(), d)
@@ -37,17 +37,17 @@ func TestHTTPPublisherBreaksTheCircuitAcrossPublishes(t *testing.T) {
 	}
 	require.Equal(t, int32(2), hits.Load(), "the receiver was called past the breaker's threshold")
 
-	disabled := &outbox.HTTPPublisher{URL: srv.URL, Breaker: downstream.BreakerConfig{Disabled: true}}
+	disabled := &outbox.HTTPPublisher{URL: srv.URL, Breaker: downstream.BreakerConfig{}}
 	for range 3 {
 		require.Error(t, disabled.Publish(context.Background(), outbox.Delivery{Message: outbox.Message{ID: "x", Topic: "t"}, Attempt: 1}))
 	}
-	require.Equal(t, int32(5), hits.Load(), "Breaker.Disabled still refused to call the receiver")
+	require.Equal(t, int32(5), hits.Load(), "a publisher without Breaker.Enabled refused to call the receiver")
 }
 
 // A breaker setting that cannot work is refused like any other, naming the field.
 func TestHTTPPublisherRefusesABadBreaker(t *testing.T) {
 	t.Parallel()
-	pub := &outbox.HTTPPublisher{URL: "http://127.0.0.1:1/", Breaker: downstream.BreakerConfig{Failures: -1}}
+	pub := &outbox.HTTPPublisher{URL: "http://127.0.0.1:1/", Breaker: downstream.BreakerConfig{Enabled: true, Failures: -1}}
 	err := pub.Validate()
 	var cfg *outbox.ConfigError
 	require.ErrorAs(t, err, &cfg)

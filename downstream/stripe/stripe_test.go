@@ -158,7 +158,7 @@ func TestBreakerRefusalIsNotAnUnknownOutcome(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"down"}}`))
 	}))
 	defer srv.Close()
-	tr := &downstream.Transport{Breaker: downstream.BreakerConfig{Failures: 1, Open: time.Minute}}
+	tr := &downstream.Transport{Breaker: downstream.BreakerConfig{Enabled: true, Failures: 1, Open: time.Minute}}
 	p := stripe.New("sk_test_123", &stripe.Config{URL: srv.URL, HTTPClient: &http.Client{Transport: tr}})
 	ctx := keys.WithToken(context.Background(), keys.Key{Namespace: "default", Operation: "charge", ID: "order-9"}.Token())
 
