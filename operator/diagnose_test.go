@@ -47,7 +47,9 @@ func TestDiagnose(t *testing.T) {
 		require.Equal(t, operator.LevelOK, f.Level, "%+v", f)
 	}
 
-	unknownOutcome(t, ctx, s, call(t, "unknown", map[string]int{"amount": 1}))
+	unknown := call(t, "unknown", map[string]int{"amount": 1})
+	unknown.Lease = 20 * time.Millisecond // the next attempt waits for it to end
+	unknownOutcome(t, ctx, s, unknown)
 	f := diagnosis(t, op, operator.Limits{})[operator.CheckUnresolved]
 	require.Equal(t, operator.Finding{Level: operator.LevelFail, Check: operator.CheckUnresolved, Count: 1, Limit: 0,
 		Message: "unresolved receipts waiting for someone: 1, more than the limit of 0; resolve or re-arm each"}, f)
@@ -111,7 +113,9 @@ func TestPurgeBacklog(t *testing.T) {
 		_, err := activity.Do(ctx, s, call(t, id, map[string]int{"amount": 1}), func(context.Context) (int, error) { return 1, nil })
 		require.NoError(t, err)
 	}
-	unknownOutcome(t, ctx, s, call(t, "unknown", map[string]int{"amount": 1}))
+	unknown := call(t, "unknown", map[string]int{"amount": 1})
+	unknown.Lease = 20 * time.Millisecond // the next attempt waits for it to end
+	unknownOutcome(t, ctx, s, unknown)
 	_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+schema+`.receipts SET expires_at = now() - interval '3 hours' WHERE id IN ('a', 'unknown')`)
 	require.NoError(t, err)
 	_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+schema+`.receipts SET expires_at = now() - interval '1 hour' WHERE id = 'b'`)
