@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tempotent/tempotent/inbox"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/outbox"
@@ -114,36 +113,6 @@ func (h *Handler) action(do func(r *http.Request, by string) (string, error)) ht
 		}
 		http.Redirect(w, r, h.cfg.Path+next, http.StatusSeeOther)
 	}
-}
-
-// overviewData is the overview page's.
-type overviewData struct {
-	Stats     operator.Stats
-	Outbox    *outbox.Stats
-	Consumers []inbox.ConsumerStats
-	Window    time.Duration
-}
-
-func (h *Handler) overview(r *http.Request) (any, error) {
-	ctx := r.Context()
-	d := overviewData{Window: h.cfg.InboxWindow}
-	var err error
-	if d.Stats, err = h.cfg.Operator.Stats(ctx); err != nil {
-		return nil, err
-	}
-	if h.cfg.Outbox != nil {
-		s, err := h.cfg.Outbox.Stats(ctx)
-		if err != nil {
-			return nil, err
-		}
-		d.Outbox = &s
-	}
-	if h.cfg.Inbox != nil {
-		if d.Consumers, err = inbox.Consumers(ctx, h.cfg.Inbox, h.cfg.Operator.Config().Schema, h.cfg.InboxWindow); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
 }
 
 // receiptsData is the receipts page's.

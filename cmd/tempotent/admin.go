@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/migrate"
@@ -201,12 +198,6 @@ func names(migrations []migrate.Migration) string {
 	return strings.Join(s, ", ")
 }
 
-// indexPattern finds the indexes the migrations create.
-var (
-	indexPattern = regexp.MustCompile(`CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?(\w+)`)
-	sqlComment   = regexp.MustCompile(`--[^\n]*`)
-)
-
 func (a *app) doctor(ctx context.Context, args []string) error {
 	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. It also counts what waits for a\nperson: unresolved receipts, dead outbox messages, and how long the oldest pending message has\nwaited. Exits 4 if any check fails or a --max- limit is crossed: run it from cron, and page on a\nnon-zero exit.")
 	retention, keyMemory := operator.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
@@ -221,12 +212,16 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	f.Func("key-memory", "how long your downstreams remember idempotency keys (default 24h, Stripe's)", durationFlag(&keyMemory))
 	var lim limits
 	lim.define(f)
-	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, f.schema, retention, keyMemory, lim) })
+	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, retention, keyMemory, lim) })
 }
 
-// diagnose runs doctor's checks in s and reports each.
-func (a *app) diagnose(ctx context.Context, s *session, schemaName string, retention, keyMemory time.Duration, lim limits) error {
-	pool := s.pool
+// diagnose runs doctor's checks in s and reports each: the database's (operator.Diagnose), with
+// this machine's clock and the retention against the key memory among them.
+func (a *app) diagnose(ctx context.Context, s *session, retention, keyMemory time.Duration, lim limits) error {
+	findings, err := s.op.Diagnose(ctx, lim.operator())
+	if err != nil {
+		return err
+	}
 	failed := false
 	report := func(level, format string, args ...any) {
 		if level == "FAIL" {
@@ -234,86 +229,33 @@ func (a *app) diagnose(ctx context.Context, s *session, schemaName string, reten
 		}
 		fmt.Fprintf(a.stdout, "%-5s "+format+"\n", append([]any{level}, args...)...)
 	}
-
-	var version string
-	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
-		return err
-	}
-	cfg := pool.Config().ConnConfig
-	report("ok", "postgres %s at %s:%d, database %q", version, cfg.Host, cfg.Port, cfg.Database)
-
-	missing, err := migrate.Missing(ctx, pool, schemaName)
-	if err != nil {
-		return err
-	}
-	migrations, err := migrate.List(schemaName)
-	if err != nil {
-		return err
-	}
-	if len(missing) > 0 {
-		report("FAIL", "schema %q lacks migrations %s: run tempotent migrate (or apply tempotent migrate --print with your tool)",
-			schemaName, names(missing))
-	} else {
-		report("ok", "schema %q has all %d migrations", schemaName, len(migrations))
-	}
-
-	var want []string
-	for _, m := range migrations {
-		for _, match := range indexPattern.FindAllStringSubmatch(sqlComment.ReplaceAllString(m.Up, ""), -1) {
-			want = append(want, match[1])
-		}
-	}
-	var partitioned bool
-	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_class WHERE oid = to_regclass($1) AND relkind = 'p')",
-		pgx.Identifier{schemaName, "receipts"}.Sanitize()).Scan(&partitioned); err != nil {
-		return err
-	}
-	if partitioned {
-		// tempotent receipts partition made the partitioned table's indexes under names of their own.
-		for i, idx := range want {
-			if rest, ok := strings.CutPrefix(idx, "receipts_"); ok {
-				want[i] = "receipts_partitioned_" + rest
+	for _, f := range findings {
+		if f.Check == operator.CheckSynchronousCommit {
+			if err := checkClock(ctx, s, report); err != nil {
+				return err
 			}
 		}
-	}
-	valid := map[string]bool{}
-	rows, err := pool.Query(ctx, `SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`, schemaName)
-	if err != nil {
-		return err
-	}
-	var name string
-	var ok bool
-	if _, err := pgx.ForEachRow(rows, []any{&name, &ok}, func() error { valid[name] = ok; return nil }); err != nil {
-		return err
-	}
-	var absent, invalid []string
-	for _, idx := range want {
-		isValid, present := valid[idx]
-		switch {
-		case !present:
-			absent = append(absent, idx)
-		case present && !isValid:
-			invalid = append(invalid, idx)
+		if !lim.report(f, report) {
+			report(levelOf[f.Level], "%s", f.Message)
+		}
+		if f.Check == operator.CheckSynchronousCommit {
+			checkRetention(retention, keyMemory, report)
 		}
 	}
-	switch {
-	case len(missing) > 0:
-		// the missing migrations say it already
-	case len(absent) > 0:
-		report("FAIL", "indexes missing in schema %q: %s; they make purge, the unresolved count and lookups cheap. Recreate them as the migrations do (tempotent migrate --print)",
-			schemaName, strings.Join(absent, ", "))
-	default:
-		report("ok", "all %d indexes present", len(want))
+	if failed {
+		return errDoctor
 	}
-	if len(invalid) > 0 {
-		report("FAIL", "indexes not valid (an interrupted CREATE INDEX CONCURRENTLY?): %s; DROP them and create them again",
-			strings.Join(invalid, ", "))
-	}
+	return nil
+}
 
+// levelOf is how doctor prints a finding's level.
+var levelOf = map[operator.Level]string{operator.LevelOK: "ok", operator.LevelWarn: "warn", operator.LevelFail: "FAIL"}
+
+// checkClock compares this machine's clock with the database's.
+func checkClock(ctx context.Context, s *session, report func(level, format string, args ...any)) error {
 	var dbNow time.Time
 	start := time.Now()
-	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow); err != nil {
 		return err
 	}
 	rtt := time.Since(start)
@@ -326,31 +268,15 @@ func (a *app) diagnose(ctx context.Context, s *session, schemaName string, reten
 		report("ok", "clock: this machine and the database agree within %v (round trip %v)",
 			skew.Abs().Round(time.Millisecond), rtt.Round(time.Millisecond))
 	}
+	return nil
+}
 
-	var syncCommit string
-	if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit); err != nil {
-		return err
-	}
-	if syncCommit == "off" {
-		report("FAIL", "synchronous_commit is off for this database: a reservation for a downstream that does not deduplicate must be durable before the call. Turn it on (tempotent turns it off per statement where that is safe)")
-	} else {
-		report("ok", "synchronous_commit is %s", syncCommit)
-	}
-
+// checkRetention compares the receipts' retention with the downstreams' key memory.
+func checkRetention(retention, keyMemory time.Duration, report func(level, format string, args ...any)) {
 	if retention < keyMemory {
 		report("warn", "retention %s is shorter than the downstreams' key memory %s: an intent run again (a reset) between the two is refused by the replay horizon instead of replayed. Raise TEMPOTENT_RETENTION to at least %s",
 			roughly(retention), roughly(keyMemory), roughly(keyMemory))
 	} else {
 		report("ok", "retention %s covers the downstreams' key memory %s", roughly(retention), roughly(keyMemory))
 	}
-
-	if len(missing) == 0 {
-		if err := checkWaiting(ctx, s, schemaName, lim, report); err != nil {
-			return err
-		}
-	}
-	if failed {
-		return errDoctor
-	}
-	return nil
 }

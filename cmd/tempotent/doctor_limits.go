@@ -1,9 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
+
+	"github.com/tempotent/tempotent/operator"
 )
 
 // limits are doctor's thresholds for what waits for a person. Crossing one fails its check, and
@@ -15,9 +16,8 @@ type limits struct {
 	oldestPending time.Duration // how long the oldest pending outbox message may have waited
 }
 
-// oldestPendingDefault is --max-oldest-pending's default: a running dispatcher delivers within
-// seconds, or retries with a backoff that stays under an hour until it parks the message as dead.
-const oldestPendingDefault = time.Hour
+// oldestPendingDefault is --max-oldest-pending's default.
+const oldestPendingDefault = operator.OldestPendingDefault
 
 // define defines the limits' flags on f.
 func (l *limits) define(f *flags) {
@@ -28,52 +28,49 @@ func (l *limits) define(f *flags) {
 		durationFlag(&l.oldestPending))
 }
 
-// checkWaiting is doctor's check of what waits for a person: the unresolved receipts, and the
-// outbox's dead messages and oldest pending one, each against its limit.
-func checkWaiting(ctx context.Context, s *session, schemaName string, l limits, report func(level, format string, args ...any)) error {
-	unresolved, err := s.op.Unresolved(ctx)
-	if err != nil {
-		return err
+// operator returns l as operator.Diagnose takes them. Its zero OldestPending means the default,
+// so --max-oldest-pending=0 is given as a nanosecond: any pending message fails it.
+func (l limits) operator() operator.Limits {
+	oldest := l.oldestPending
+	if oldest == 0 {
+		oldest = time.Nanosecond
 	}
-	o, err := openOutbox(s, schemaName)
-	if err != nil {
-		return err
-	}
-	st, err := o.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	// past judges a count n against its flag's limit.
-	past := func(n, limit int64, flag string) (level, verdict string) {
+	return operator.Limits{Unresolved: l.unresolved, Dead: l.dead, OldestPending: oldest}
+}
+
+// report reports a finding of what waits for a person in doctor's words, which name the flag
+// that sets its limit and the command that lists what it counted; it returns false for the
+// other findings, whose own message doctor prints.
+func (l limits) report(f operator.Finding, report func(level, format string, args ...any)) bool {
+	// verdict says how a count above zero stands against its flag's limit.
+	verdict := func(limit int64, flag string) string {
 		switch {
 		case limit < 0:
-			return "warn", fmt.Sprintf("not checked (--%s=%d)", flag, limit)
-		case n > limit:
-			return "FAIL", fmt.Sprintf("more than --%s=%d allows", flag, limit)
+			return fmt.Sprintf("not checked (--%s=%d)", flag, limit)
+		case f.Level == operator.LevelFail:
+			return fmt.Sprintf("more than --%s=%d allows", flag, limit)
 		}
-		return "warn", fmt.Sprintf("within --%s=%d", flag, limit)
+		return fmt.Sprintf("within --%s=%d", flag, limit)
 	}
-
-	if unresolved == 0 {
-		report("ok", "nothing unresolved")
-	} else {
-		level, verdict := past(unresolved, l.unresolved, "max-unresolved")
-		report(level, "unresolved receipts waiting for someone: %d, %s; see tempotent receipts list --state unresolved", unresolved, verdict)
-	}
-	if st.Dead == 0 {
-		report("ok", "no dead outbox messages")
-	} else {
-		level, verdict := past(st.Dead, l.dead, "max-dead")
-		report(level, "dead outbox messages: %d, %s; see tempotent outbox list --state dead", st.Dead, verdict)
-	}
+	level := levelOf[f.Level]
 	switch {
-	case st.Pending == 0:
-		report("ok", "no pending outbox messages")
-	case l.oldestPending < 0 || st.OldestPending <= l.oldestPending:
-		report("ok", "pending outbox messages: %d, the oldest waiting for %s", st.Pending, roughly(st.OldestPending))
+	case f.Check == operator.CheckUnresolved && f.Count == 0:
+		report(level, "nothing unresolved")
+	case f.Check == operator.CheckUnresolved:
+		report(level, "unresolved receipts waiting for someone: %d, %s; see tempotent receipts list --state unresolved", f.Count, verdict(l.unresolved, "max-unresolved"))
+	case f.Check == operator.CheckDead && f.Count == 0:
+		report(level, "no dead outbox messages")
+	case f.Check == operator.CheckDead:
+		report(level, "dead outbox messages: %d, %s; see tempotent outbox list --state dead", f.Count, verdict(l.dead, "max-dead"))
+	case f.Check == operator.CheckOldestPending && f.Count == 0:
+		report(level, "no pending outbox messages")
+	case f.Check == operator.CheckOldestPending && f.Level != operator.LevelFail:
+		report(level, "pending outbox messages: %d, the oldest waiting for %s", f.Count, roughly(f.Waited))
+	case f.Check == operator.CheckOldestPending:
+		report(level, "oldest pending outbox message: waiting for %s (%d pending), longer than --max-oldest-pending=%s allows: no dispatcher running, a receiver failing, or a dead message holding its key back? see tempotent outbox list",
+			roughly(f.Waited), f.Count, roughly(l.oldestPending))
 	default:
-		report("FAIL", "oldest pending outbox message: waiting for %s (%d pending), longer than --max-oldest-pending=%s allows: no dispatcher running, a receiver failing, or a dead message holding its key back? see tempotent outbox list",
-			roughly(st.OldestPending), st.Pending, roughly(l.oldestPending))
+		return false
 	}
-	return nil
+	return true
 }

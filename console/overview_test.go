@@ -1,0 +1,117 @@
+package console_test
+
+import (
+	"context"
+	"html"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/telemetry"
+)
+
+// findingRe finds the overview's findings: level, check, message.
+var findingRe = regexp.MustCompile(`<tr class="finding-(\w+)[^"]*"><td>\w+</td><td>([\w-]+)</td><td>([^<]*)</td></tr>`)
+
+// finding is one row of the overview's findings.
+type finding struct{ level, check, message string }
+
+// findings returns the overview's findings in the order shown.
+func findings(page string) []finding {
+	var out []finding
+	for _, m := range findingRe.FindAllStringSubmatch(page, -1) {
+		out = append(out, finding{m[1], m[2], html.UnescapeString(m[3])})
+	}
+	return out
+}
+
+// exec runs sql in e's schema (%s is the schema, quoted).
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	_, err := pgtest.Pool(e.t).Exec(context.Background(), strings.ReplaceAll(sql, "%s", `"`+e.schema+`"`), args...)
+	require.NoError(e.t, err)
+}
+
+// The overview shows doctor's findings, failures first: an unresolved receipt and dead messages
+// over the default limits fail, and the reader, who may see no payload, sees them too.
+func TestOverviewShowsDoctorsFindings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+
+	all := findings(e.get("/", bob))
+	require.Len(t, all, 7, "the healthy schema's findings")
+	for _, f := range all {
+		require.Equal(t, "ok", f.level, "%+v", f)
+	}
+
+	e.unknown("order-1")
+	e.dead(script, "m-1", "m-2")
+	page := e.get("/", bob)
+	all = findings(page)
+	require.Len(t, all, 7)
+	require.Equal(t, finding{"fail", "unresolved", "unresolved receipts waiting for someone: 1, more than the limit of 0; resolve or re-arm each"}, all[0], "%+v", all)
+	require.Equal(t, finding{"fail", "dead", "dead outbox messages: 2, more than the limit of 0; requeue or discard each"}, all[1], "%+v", all)
+	for _, f := range all[2:] {
+		require.Equal(t, "ok", f.level, "failures are not first: %+v", all)
+	}
+	require.Equal(t, "server", all[2].check, "the rest is not in Diagnose's order: %+v", all)
+	require.NotContains(t, page, "payload of m-1", "the overview shows a payload to the reader")
+	require.NotContains(t, page, script, "the overview does not escape a receiver's error")
+}
+
+// The overview counts each webhook source's accepted deliveries within the window, and the
+// records it keeps, apart from the other inbox consumers; it says where duplicates and refusals
+// are counted, and the metrics it names exist.
+func TestOverviewShowsWebhookIntakeBySource(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	require.Contains(t, e.get("/", bob), "No webhook deliveries kept.")
+
+	e.exec(`INSERT INTO %s.inbox (consumer, message_id, processed_at) VALUES
+		('webhook/stripe', 'evt_1', now()), ('webhook/stripe', 'evt_2', now()), ('webhook/stripe', 'evt_0', now() - interval '2 hours'),
+		('webhook/<b>github</b>', 'd-1', now()), ('orders', 'o-1', now())`)
+	page := e.get("/", bob)
+	webhooks := page[strings.Index(page, `<table class="webhooks">`):]
+	webhooks = webhooks[:strings.Index(webhooks, "</table>")]
+	require.Contains(t, webhooks, "<tr><td>stripe</td><td>2</td><td>3</td>", "stripe: two accepted within the hour, three kept")
+	require.Contains(t, webhooks, "<tr><td>&lt;b&gt;github&lt;/b&gt;</td><td>1</td><td>1</td>", "a source's name is not escaped")
+	require.NotContains(t, webhooks, "orders", "an inbox consumer shown as a webhook source")
+	require.Contains(t, page, "<td>orders</td>", "the other consumers are no longer shown")
+	require.Contains(t, page, "duplicates and refusals are counted in metrics: "+telemetry.WebhookDuplicate+", "+telemetry.WebhookRefused)
+}
+
+// purgeRe finds the overview's count of settled receipts not purged yet.
+var purgeRe = regexp.MustCompile(`(\d+) settled receipts are past their retention and not purged yet(; the oldest expired (\S+) ago)?`)
+
+// The overview shows what purge has left: settled receipts past their retention (not the
+// unresolved it keeps) and the oldest, and the inbox consumers holding records older than the
+// default retention.
+func TestOverviewShowsThePurgeBacklog(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	page := e.get("/", bob)
+	require.Equal(t, []string{"0 settled receipts are past their retention and not purged yet", "0", "", ""}, purgeRe.FindStringSubmatch(page)[:4])
+	require.Contains(t, page, "No inbox records older than the default retention of 168h0m0s.")
+	require.Contains(t, page, "a growing number means no worker purges: see TempotentPurgeNotReporting / TempotentPurgeFailing")
+
+	e.succeeded("old-1", chargeResult{ChargeID: "ch_1"})
+	e.succeeded("old-2", chargeResult{ChargeID: "ch_2"})
+	e.succeeded("fresh", chargeResult{ChargeID: "ch_3"})
+	e.unknown("kept")
+	e.exec(`UPDATE %s.receipts SET expires_at = now() - interval '2 hours' WHERE id IN ('old-1', 'kept')`)
+	e.exec(`UPDATE %s.receipts SET expires_at = now() - interval '1 minute' WHERE id = 'old-2'`)
+	e.exec(`INSERT INTO %s.inbox (consumer, message_id, processed_at) VALUES
+		('webhook/stripe', 'evt_old', now() - interval '8 days'), ('webhook/stripe', 'evt_new', now()), ('orders', 'o-1', now() - interval '2 days')`)
+	page = e.get("/", bob)
+	m := purgeRe.FindStringSubmatch(page)
+	require.NotNil(t, m, page)
+	require.Equal(t, "2", m[1], "the unresolved receipt purge keeps is counted, or an expired one is not")
+	require.Regexp(t, `^2h0m\d+s$`, m[3], "the oldest is not the longest-expired")
+	overdue := page[strings.Index(page, `<table class="overdue">`):]
+	overdue = overdue[:strings.Index(overdue, "</table>")]
+	require.Contains(t, overdue, `<tr class="alert"><td>webhook/stripe</td><td>2</td>`)
+	require.NotContains(t, overdue, "orders", "a consumer with no record past the retention is shown as overdue")
+}
