@@ -64,6 +64,11 @@ func TestDoctorLimits(t *testing.T) {
 		tempotent.doctorSays(exitOK, []string{"ok    pending outbox messages: 2, the oldest waiting for 2h"}, "--max-oldest-pending=3h")
 		tempotent.doctorSays(exitOK, []string{"ok    pending outbox messages: 2, the oldest waiting for 2h"}, "--max-oldest-pending=-1s")
 		tempotent.doctorSays(exitDoctor, []string{"longer than --max-oldest-pending=1h"}, "--max-oldest-pending=1h", "--max-dead=-1", "--max-unresolved=-1")
+		// 0 means no message may wait at all: the fresh one fails it too. The clock's line is
+		// there whatever the limits.
+		_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+tempotent.schema+`.outbox SET created_at = now() WHERE id = 'a'`)
+		require.NoError(t, err)
+		tempotent.doctorSays(exitDoctor, []string{"longer than --max-oldest-pending=0s", "ok    clock:"}, "--max-oldest-pending=0")
 	})
 
 	t.Run("BadLimit", func(t *testing.T) {
