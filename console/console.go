@@ -57,6 +57,9 @@ const (
 	PageSizeDefault = 50
 	// InboxWindowDefault is the window of the overview's recent inbox counts.
 	InboxWindowDefault = time.Hour
+	// InboxRetentionDefault is the retention the overview holds the inbox's records to: the
+	// worker's own default (worker.InboxRetentionDefault), after which its purge deletes them.
+	InboxRetentionDefault = 30 * 24 * time.Hour
 )
 
 // Config configures a Handler.
@@ -93,6 +96,9 @@ type Config struct {
 	// InboxWindow is the window of the overview's recent inbox counts. Default
 	// InboxWindowDefault.
 	InboxWindow time.Duration
+	// InboxRetention is the workers' worker.Config.InboxRetention: inbox records older than it
+	// are shown as waiting for a purge. Default InboxRetentionDefault.
+	InboxRetention time.Duration
 }
 
 // ConfigError is New's error for a Config it refuses: Field names the setting, Problem says
@@ -133,6 +139,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.Path = cmp.Or(cfg.Path, PathDefault)
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSizeDefault)
 	cfg.InboxWindow = cmp.Or(cfg.InboxWindow, InboxWindowDefault)
+	cfg.InboxRetention = cmp.Or(cfg.InboxRetention, InboxRetentionDefault)
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
@@ -165,6 +172,8 @@ func validate(cfg Config) error {
 		return &ConfigError{"PageSize", fmt.Sprintf("is %d; give 1 to %d, or 0 for %d", cfg.PageSize, min(operator.ListLimitMax, outbox.ListLimitMax), PageSizeDefault)}
 	case cfg.InboxWindow < 0:
 		return &ConfigError{"InboxWindow", "is negative; give a positive duration, or 0 for the default"}
+	case cfg.InboxRetention < 0:
+		return &ConfigError{"InboxRetention", "is negative; give the workers' worker.Config.InboxRetention, or 0 for the default"}
 	}
 	seen := map[string]bool{}
 	for i, u := range cfg.Users {

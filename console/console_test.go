@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -229,6 +230,8 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		"Users[1].Name":     {Operator: op, Users: []console.User{alice, alice}},
 		"Users[0].Role":     {Operator: op, Users: []console.User{{Name: "x", Password: "long-enough-pw"}}},
 		"Path":              {Operator: op, Users: []console.User{alice}, Path: "/ops"},
+		"InboxWindow":       {Operator: op, Users: []console.User{alice}, InboxWindow: -time.Hour},
+		"InboxRetention":    {Operator: op, Users: []console.User{alice}, InboxRetention: -time.Hour},
 	} {
 		_, err := console.New(cfg)
 		var ce *console.ConfigError

@@ -48,7 +48,7 @@ var levelRank = map[operator.Level]int{operator.LevelFail: 0, operator.LevelWarn
 
 func (h *Handler) overview(r *http.Request) (any, error) {
 	ctx := r.Context()
-	d := overviewData{Window: h.cfg.InboxWindow, Retention: inbox.RetentionDefault, HasInbox: h.cfg.Inbox != nil}
+	d := overviewData{Window: h.cfg.InboxWindow, Retention: h.cfg.InboxRetention, HasInbox: h.cfg.Inbox != nil}
 	var err error
 	if d.Stats, err = h.cfg.Operator.Stats(ctx); err != nil {
 		return nil, err

@@ -94,7 +94,7 @@ func TestOverviewShowsThePurgeBacklog(t *testing.T) {
 	e := setup(t)
 	page := e.get("/", bob)
 	require.Equal(t, []string{"0 settled receipts are past their retention and not purged yet", "0", "", ""}, purgeRe.FindStringSubmatch(page)[:4])
-	require.Contains(t, page, "No inbox records older than the default retention of 168h0m0s.")
+	require.Contains(t, page, "No inbox records older than the workers' inbox retention of 720h0m0s.")
 	require.Contains(t, page, "a growing number means no worker purges: see TempotentPurgeNotReporting / TempotentPurgeFailing")
 
 	e.succeeded("old-1", chargeResult{ChargeID: "ch_1"})
@@ -104,7 +104,7 @@ func TestOverviewShowsThePurgeBacklog(t *testing.T) {
 	e.exec(`UPDATE %s.receipts SET expires_at = now() - interval '2 hours' WHERE id IN ('old-1', 'kept')`)
 	e.exec(`UPDATE %s.receipts SET expires_at = now() - interval '1 minute' WHERE id = 'old-2'`)
 	e.exec(`INSERT INTO %s.inbox (consumer, message_id, processed_at) VALUES
-		('webhook/stripe', 'evt_old', now() - interval '8 days'), ('webhook/stripe', 'evt_new', now()), ('orders', 'o-1', now() - interval '2 days')`)
+		('webhook/stripe', 'evt_old', now() - interval '31 days'), ('webhook/stripe', 'evt_new', now()), ('orders', 'o-1', now() - interval '2 days')`)
 	page = e.get("/", bob)
 	m := purgeRe.FindStringSubmatch(page)
 	require.NotNil(t, m, page)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotent/tempotent/console"
 	"github.com/tempotent/tempotent/inbox"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/migrate"
@@ -265,6 +266,7 @@ func TestInboxRetentionDefault(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, max(inbox.RetentionDefault, webhook.RetentionDefault), worker.InboxRetentionDefault)
 	require.Equal(t, worker.InboxRetentionDefault, worker.Config{}.WithDefaults().InboxRetention)
+	require.Equal(t, worker.InboxRetentionDefault, console.InboxRetentionDefault, "the console holds inbox records to another retention than the worker's")
 	require.ErrorContains(t, worker.Config{InboxRetention: time.Second}.WithDefaults().Validate(), "inbox retention 1s is under a minute")
 	require.NoError(t, worker.Config{InboxRetention: -1}.WithDefaults().Validate())
 }

@@ -39,6 +39,13 @@ program of your own, with the codecs, to read them.`)
 	f.BoolVar(&insecure, "insecure-local-reader", false, "let requests without credentials from this host read the console (loopback --listen only)")
 	f.StringVar(&certFile, "tls-cert", "", "TLS certificate file (required unless --listen is a loopback address)")
 	f.StringVar(&keyFile, "tls-key", "", "TLS key file")
+	inboxRetention := console.InboxRetentionDefault
+	if env := a.getenv("TEMPOTENT_INBOX_RETENTION"); env != "" {
+		if err := durationFlag(&inboxRetention)(env); err != nil {
+			return usagef("TEMPOTENT_INBOX_RETENTION: %v", err)
+		}
+	}
+	f.Func("inbox-retention", "the workers' inbox retention: older records show as waiting for a purge (env TEMPOTENT_INBOX_RETENTION; default 720h)", durationFlag(&inboxRetention))
 	var users []console.User
 	check := func() error {
 		if len(f.args) > 0 {
@@ -71,7 +78,7 @@ program of your own, with the codecs, to read them.`)
 			return err
 		}
 		h, err := console.New(console.Config{Operator: s.op, Outbox: out, Inbox: s.pool, Users: users, InsecureLocalReader: insecure,
-			Secret: []byte(a.getenv("TEMPOTENT_UI_SECRET"))})
+			Secret: []byte(a.getenv("TEMPOTENT_UI_SECRET")), InboxRetention: max(inboxRetention, 0)})
 		if err != nil {
 			return usagef("%v", err)
 		}
