@@ -20,7 +20,7 @@ const webhookPrefix = "webhook/"
 // overviewData is the overview page's.
 type overviewData struct {
 	Stats operator.Stats
-	// Findings are doctor's database checks (operator.Diagnose) against its default limits,
+	// Findings are doctor's database checks (operator.Client.Diagnose) against its default limits,
 	// failures first.
 	Findings []operator.Finding
 	Outbox   *outbox.Stats

@@ -215,7 +215,7 @@ func (a *app) doctor(ctx context.Context, args []string) error {
 	return f.execute(ctx, args, nil, func(s *session) error { return a.diagnose(ctx, s, retention, keyMemory, lim) })
 }
 
-// diagnose runs doctor's checks in s and reports each: the database's (operator.Diagnose), with
+// diagnose runs doctor's checks in s and reports each: the database's (operator.Client.Diagnose), with
 // this machine's clock and the retention against the key memory among them.
 func (a *app) diagnose(ctx context.Context, s *session, retention, keyMemory time.Duration, lim limits) error {
 	findings, err := s.op.Diagnose(ctx, lim.operator())

@@ -28,7 +28,7 @@ func (l *limits) define(f *flags) {
 		durationFlag(&l.oldestPending))
 }
 
-// operator returns l as operator.Diagnose takes them. Its zero OldestPending means the default,
+// operator returns l as operator.Client.Diagnose takes them. Its zero OldestPending means the default,
 // so --max-oldest-pending=0 is given as a nanosecond: any pending message fails it.
 func (l limits) operator() operator.Limits {
 	oldest := l.oldestPending
