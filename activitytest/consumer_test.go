@@ -126,7 +126,8 @@ func TestRequireConsumedOnce(t *testing.T) {
 }
 
 // The deliveries at once meet the first one's uncommitted claim: with a lock timeout too short
-// to wait it out, every other delivery gets an InProgressError, and is redelivered.
+// to wait it out, every other delivery gets an InProgressError, and is redelivered. Without the
+// check's hold of the first commit, none would.
 func TestRequireConsumedOnceOverlapsTheDeliveries(t *testing.T) {
 	t.Parallel()
 	check := consumerCheck(t, shipInTx)
@@ -146,5 +147,7 @@ func TestRequireConsumedOnceOverlapsTheDeliveries(t *testing.T) {
 		}
 	}
 	activitytest.RequireConsumedOnce(t, check)
-	require.EqualValues(t, 3, inProgress.Load(), "every delivery but the first met its uncommitted claim")
+	// At least the three deliveries that overlap the first: a redelivery after the killed
+	// connection may also meet its claim, until Postgres has ended that backend.
+	require.GreaterOrEqual(t, inProgress.Load(), int32(3), "every delivery but the first met its uncommitted claim")
 }
