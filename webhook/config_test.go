@@ -33,6 +33,7 @@ func TestNewHandlerRefusesSettingsThatCannotWork(t *testing.T) {
 		name  string
 		cfg   webhook.HandlerConfig
 		field string // "" when the handler is built
+		says  string // what the error tells to do, where the case checks it
 	}{
 		{name: "BodyLimitAboveOutbox", cfg: webhook.HandlerConfig{Verifier: stripe, MaxBodyBytes: 1001}, field: "HandlerConfig.MaxBodyBytes"},
 		{name: "BodyLimitAtOutbox", cfg: webhook.HandlerConfig{Verifier: stripe, MaxBodyBytes: 1000}},
@@ -40,7 +41,8 @@ func TestNewHandlerRefusesSettingsThatCannotWork(t *testing.T) {
 
 		{name: "StripeRetentionUnderTwiceDefaultTolerance", cfg: webhook.HandlerConfig{Verifier: stripe, Retention: 2*webhook.ToleranceDefault - time.Second}, field: "HandlerConfig.Retention"},
 		{name: "StripeRetentionAtTwiceDefaultTolerance", cfg: webhook.HandlerConfig{Verifier: stripe, Retention: 2 * webhook.ToleranceDefault}},
-		{name: "StripeRetentionUnderTwiceTolerance", cfg: webhook.HandlerConfig{Verifier: hour, Retention: 2*time.Hour - time.Second}, field: "HandlerConfig.Retention"},
+		{name: "StripeRetentionUnderTwiceTolerance", cfg: webhook.HandlerConfig{Verifier: hour, Retention: 2*time.Hour - time.Second}, field: "HandlerConfig.Retention",
+			says: "set Retention to at least 2h0m0s"},
 		{name: "StripePointerRetentionUnderTwiceTolerance", cfg: webhook.HandlerConfig{Verifier: &hour, Retention: time.Hour}, field: "HandlerConfig.Retention"},
 		{name: "StripeDefaultRetentionUnderTwiceTolerance", cfg: webhook.HandlerConfig{Verifier: webhook.Stripe{Secrets: []string{stripeSecret}, Tolerance: 16 * 24 * time.Hour}}, field: "HandlerConfig.Retention"},
 		{name: "StandardWebhooksRetentionUnderTwiceTolerance", cfg: webhook.HandlerConfig{Verifier: sw, Retention: 2*webhook.ToleranceDefault - time.Second}, field: "HandlerConfig.Retention"},
@@ -63,6 +65,7 @@ func TestNewHandlerRefusesSettingsThatCannotWork(t *testing.T) {
 			require.True(t, errors.As(err, &ce), "%v is not a *webhook.ConfigError", err)
 			require.Equal(t, tc.field, ce.Field)
 			require.Contains(t, err.Error(), "webhook."+tc.field+" is ")
+			require.Contains(t, err.Error(), tc.says, "the error does not say what to set")
 			require.Nil(t, h)
 		})
 	}
