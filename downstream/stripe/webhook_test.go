@@ -37,6 +37,8 @@ func TestWebhookStripeGoSignsTempotentVerifies(t *testing.T) {
 
 	got, err := webhook.Stripe{Secrets: []string{"whsec_previous", webhookSecret}}.Verify(header, payload, ts.Add(time.Minute))
 	require.NoError(t, err)
+	require.NotEmpty(t, got.Content, "the verifier gave no content to compare a redelivery by")
+	got.Content = nil
 	require.Equal(t, webhook.Delivery{ID: "evt_stripego", Type: "payment_intent.succeeded", Timestamp: ts.UTC()}, got)
 
 	_, err = webhook.Stripe{Secrets: []string{"whsec_previous"}}.Verify(header, payload, ts)
