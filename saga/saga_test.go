@@ -603,36 +603,28 @@ func TestSagaUnderATenant(t *testing.T) {
 	require.Equal(t, []string{"acme"}, tenants)
 }
 
-// A step whose receipt says its outcome is unknown shows as unknown, not failed: its effect may
-// have happened.
-func TestOutcomeUnknownStepIsShownUnknown(t *testing.T) {
+// A step that failed after its effect may have happened shows as unknown, not failed, and is
+// compensated: its receipt says the outcome is unknown, or the authorization hook refused it,
+// perhaps at a replay after an earlier attempt charged.
+func TestStepWhoseEffectMayHaveHappenedIsShownUnknown(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	h.fail = func(name string, o order, _ int32) error {
-		if name == "Charge" {
-			return &activity.OutcomeUnknownError{Reason: "test"}
-		}
-		return nil
+	for name, failure := range map[string]error{
+		"OutcomeUnknown": &activity.OutcomeUnknownError{Reason: "test"},
+		"Unauthorized":   &activity.UnauthorizedError{Tenant: "revoked"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.fail = func(step string, o order, _ int32) error {
+				if step == "Charge" {
+					return failure
+				}
+				return nil
+			}
+			st, err := h.run(order{ID: "o-" + name, Amount: 100})
+			require.NoError(t, err)
+			require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
+			require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
+		})
 	}
-	st, err := h.run(order{ID: "o-unknown", Amount: 100})
-	require.NoError(t, err)
-	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
-	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
-}
-
-// A step refused by the authorization hook may have been refused at a replay, after an earlier
-// attempt charged: it shows as unknown and is compensated, not taken as never having happened.
-func TestUnauthorizedStepIsShownUnknown(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	h.fail = func(name string, o order, _ int32) error {
-		if name == "Charge" {
-			return &activity.UnauthorizedError{Tenant: "revoked"}
-		}
-		return nil
-	}
-	st, err := h.run(order{ID: "o-unauthorized", Amount: 100})
-	require.NoError(t, err)
-	require.Equal(t, saga.OutcomeUnknown, st.Steps[0].Outcome)
-	require.Equal(t, saga.CompensationCompleted, st.Steps[0].CompensationState)
 }
