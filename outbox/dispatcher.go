@@ -232,7 +232,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		maintain = t.C
 		d.maintain(ctx)
 	}
+	// failures counts the rounds in a row that failed (a lost connection, a failover): the next
+	// round comes after a short, growing, jittered pause rather than at the next poll, which
+	// may be far off, so that what a wake-up announced during the outage is not left waiting.
+	failures := 0
 	for {
+		var retry <-chan time.Time
 		// Drain: a full batch says there may be more.
 		for ctx.Err() == nil {
 			n, err := d.DispatchOnce(ctx)
@@ -240,9 +245,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					break
 				}
-				d.log.Warn("dispatch failed; retrying at the next poll", "err", err)
+				failures++
+				pause := d.retryPause(failures)
+				d.log.Warn("dispatch failed; retrying", "err", err, "in", pause)
+				retry = time.After(pause)
 				break
 			}
+			failures = 0
 			if n < d.cfg.Batch {
 				break
 			}
@@ -252,10 +261,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return nil
 		case <-wake:
 		case <-poll.C:
+		case <-retry:
 		case <-maintain:
 			d.maintain(ctx)
 		}
 	}
+}
+
+// retryPauseMin is the mean pause after the first failed round; it doubles with each failure
+// in a row, up to the poll interval.
+const retryPauseMin = 100 * time.Millisecond
+
+// retryPause is the pause before the round after the n-th failed one in a row: drawn between
+// half and one and a half times a mean that doubles from retryPauseMin, capped at Poll.
+func (d *Dispatcher) retryPause(n int) time.Duration {
+	mean := d.cfg.Poll
+	if n < 20 && retryPauseMin<<(n-1) < mean {
+		mean = retryPauseMin << (n - 1)
+	}
+	return mean/2 + rand.N(mean)
 }
 
 // signal wakes the dispatch loop, unless a wake-up is already pending.

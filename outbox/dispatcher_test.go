@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -417,4 +418,52 @@ func TestRunSurvivesLostConnections(t *testing.T) {
 
 	put(t, ctx, o, outbox.Message{ID: "after", Topic: "t"})
 	require.Eventually(t, delivered("after"), 20*time.Second, 10*time.Millisecond, "nothing was delivered after the connections were lost")
+}
+
+// A round that fails (here: the pool hands out a connection whose backend was terminated, as
+// after a failover) is tried again after a short pause, not at the next poll: the wake-up that
+// announced the message was spent on the failed round, and the poll is an hour away.
+func TestAFailedRoundIsRetriedBeforeThePoll(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, name := setup(t, nil)
+	app := "tempotent-retry-" + name
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	// No ping on acquire: the dead connection is handed out, and the round fails on it.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	o, err := outbox.New(pool, &outbox.Config{Schema: name})
+	require.NoError(t, err)
+	r := newRecorder()
+	d := newDispatcher(t, o, r, outbox.DispatcherConfig{Poll: time.Hour, Maintenance: -1})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	count := func(query string) int {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, query, app).Scan(&n))
+		return n
+	}
+	listening := "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'"
+	pooled := "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query NOT LIKE 'LISTEN%'"
+	require.Eventually(t, func() bool {
+		return count(listening) == 1 && pool.Stat().IdleConns() == 1
+	}, 10*time.Second, 10*time.Millisecond, "the dispatcher did not listen and finish its first round")
+	require.Equal(t, 1, count("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND query NOT LIKE 'LISTEN%'"))
+	require.Eventually(t, func() bool { return count(pooled) == 0 }, 5*time.Second, 5*time.Millisecond, "the pool's backend did not end")
+
+	// Put through another pool: its NOTIFY reaches the listener, which is still connected.
+	other, err := outbox.New(pgtest.Pool(t), &outbox.Config{Schema: name})
+	require.NoError(t, err)
+	put(t, ctx, other, outbox.Message{ID: "after-failover", Topic: "t"})
+	require.Eventually(t, func() bool {
+		published, _, _ := r.snapshot()
+		return published["after-failover"] == 1
+	}, 10*time.Second, 10*time.Millisecond, "the round after the failed one waited for the next poll")
 }
