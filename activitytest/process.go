@@ -188,7 +188,7 @@ func inWorkerProcess[Out any](tb testing.TB, call int, id string, who identity) 
 	cmd.Stdout, cmd.Stderr = &out, &out
 	p, err := proc.Start(cmd) // dies with this process
 	if err == nil {
-		err = p.Cmd.Wait()
+		err = p.Wait()
 	}
 	b, rerr := os.ReadFile(task.Result)
 	if rerr != nil {

@@ -59,11 +59,39 @@ type Server struct {
 	close  sync.Once
 }
 
-// Start starts the dev server and waits until it answers a health check.
+// startTries is how many free ports Start tries when it picks the port: another process may
+// bind a port between freeport.Get and the server's own bind (CI starts many servers at once).
+const startTries = 3
+
+// ExitedError is Start's error when the server ended before it answered; Output is the end of
+// what it printed.
+type ExitedError struct {
+	Addr   string
+	Err    error // exec.Cmd.Wait's result
+	Output string
+}
+
+func (e *ExitedError) Error() string {
+	return fmt.Sprintf("devserver: the server on %s exited before it answered (%v); it printed:\n%s", e.Addr, e.Err, e.Output)
+}
+
+// Start starts the dev server and waits until it answers a health check. When Options.Port
+// is 0 and the server exits before it answers (its port taken under it), Start tries again on
+// another free port, up to three times in all.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.CLI == "" {
 		return nil, errors.New("devserver: Options.CLI is empty; give the path of the temporal CLI (make bin/temporal)")
 	}
+	for try := 1; ; try++ {
+		srv, err := start(ctx, o)
+		var exited *ExitedError
+		if err == nil || o.Port != 0 || try == startTries || !errors.As(err, &exited) || ctx.Err() != nil {
+			return srv, err
+		}
+	}
+}
+
+func start(ctx context.Context, o Options) (*Server, error) {
 	port := o.Port
 	if port == 0 {
 		var err error
@@ -88,7 +116,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		args = append(args, "--namespace", o.Client.Namespace)
 	}
 	cmd := exec.Command(o.CLI, args...)
-	cmd.Stdout, cmd.Stderr = o.Output, o.Output
+	tail := &tailWriter{max: 4096}
+	var out io.Writer = tail
+	if o.Output != nil {
+		out = io.MultiWriter(o.Output, tail)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	p, err := proc.Start(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: %w", err)
@@ -100,12 +133,48 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	ready, cancel := context.WithTimeout(ctx, cmp.Or(o.ReadyTimeout, ReadyTimeoutDefault))
 	defer cancel()
+	// A server that exits stops the wait at once, rather than at ReadyTimeout.
+	go func() {
+		select {
+		case <-p.Exited():
+			cancel()
+		case <-ready.Done():
+		}
+	}()
 	c, err := dialHealthy(ready, copts)
 	if err != nil {
+		select {
+		case <-p.Exited():
+			return nil, &ExitedError{Addr: addr, Err: p.Wait(), Output: tail.String()}
+		default:
+		}
 		p.Kill()
-		return nil, fmt.Errorf("devserver: the server on %s did not answer: %w", addr, err)
+		return nil, fmt.Errorf("devserver: the server on %s did not answer: %w; it printed:\n%s", addr, err, tail.String())
 	}
 	return &Server{p: p, addr: addr, client: c}, nil
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
 }
 
 // dialHealthy dials until the server answers a health check, or ctx ends.

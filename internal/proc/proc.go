@@ -38,18 +38,35 @@ func Build(ctx context.Context, out, pkg string, tags ...string) error {
 
 // Process is a started command.
 type Process struct {
-	Cmd  *exec.Cmd
-	once sync.Once
+	Cmd    *exec.Cmd
+	once   sync.Once
+	exited chan struct{} // closed when Cmd.Wait has returned
+	err    error         // Cmd.Wait's result
 }
 
 // Start starts cmd, leashed to this process: on Linux the kernel kills it when this process
-// dies, even by SIGKILL or a test's -timeout, which run no cleanup.
+// dies, even by SIGKILL or a test's -timeout, which run no cleanup. Start waits for the process
+// in the background: call Wait or Exited, never Cmd.Wait.
 func Start(cmd *exec.Cmd) (*Process, error) {
 	leash(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	return &Process{Cmd: cmd}, nil
+	p := &Process{Cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// Exited is closed once the process has ended, whatever ended it.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Wait waits for the process to end and returns what exec.Cmd.Wait returned.
+func (p *Process) Wait() error {
+	<-p.exited
+	return p.err
 }
 
 // Kill sends SIGKILL, as a crash: the process gets no chance to finish or record anything. It
@@ -62,7 +79,7 @@ func (p *Process) Stop() { p.end(syscall.SIGTERM) }
 func (p *Process) end(sig syscall.Signal) {
 	p.once.Do(func() {
 		_ = p.Cmd.Process.Signal(sig)
-		_ = p.Cmd.Wait()
+		<-p.exited
 	})
 }
 
