@@ -39,33 +39,43 @@ func Build(ctx context.Context, out, pkg string, tags ...string) error {
 // Process is a started command.
 type Process struct {
 	Cmd    *exec.Cmd
-	once   sync.Once
+	once   sync.Once     // the signal of Kill or Stop
+	watch  sync.Once     // starts the goroutine that waits for the process
 	exited chan struct{} // closed when Cmd.Wait has returned
 	err    error         // Cmd.Wait's result
 }
 
 // Start starts cmd, leashed to this process: on Linux the kernel kills it when this process
-// dies, even by SIGKILL or a test's -timeout, which run no cleanup. Start waits for the process
-// in the background: call Wait or Exited, never Cmd.Wait.
+// dies, even by SIGKILL or a test's -timeout, which run no cleanup. Once Wait, Exited, Kill or
+// Stop is called, the Process waits for cmd: do not call Cmd.Wait as well.
 func Start(cmd *exec.Cmd) (*Process, error) {
 	leash(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &Process{Cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
+	return &Process{Cmd: cmd}, nil
+}
+
+// waiting starts, once, the goroutine that waits for the process.
+func (p *Process) waiting() {
+	p.watch.Do(func() {
+		p.exited = make(chan struct{})
+		go func() {
+			p.err = p.Cmd.Wait()
+			close(p.exited)
+		}()
+	})
 }
 
 // Exited is closed once the process has ended, whatever ended it.
-func (p *Process) Exited() <-chan struct{} { return p.exited }
+func (p *Process) Exited() <-chan struct{} {
+	p.waiting()
+	return p.exited
+}
 
 // Wait waits for the process to end and returns what exec.Cmd.Wait returned.
 func (p *Process) Wait() error {
-	<-p.exited
+	<-p.Exited()
 	return p.err
 }
 
@@ -79,7 +89,7 @@ func (p *Process) Stop() { p.end(syscall.SIGTERM) }
 func (p *Process) end(sig syscall.Signal) {
 	p.once.Do(func() {
 		_ = p.Cmd.Process.Signal(sig)
-		<-p.exited
+		<-p.Exited()
 	})
 }
 

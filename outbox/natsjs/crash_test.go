@@ -53,10 +53,9 @@ func TestDispatcherKilledBetweenPublishAndMark(t *testing.T) {
 	p, err := proc.Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(p.Kill)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	select {
-	case err = <-exited:
+	case <-p.Exited():
+		err = p.Wait()
 	case <-time.After(time.Minute):
 		p.Kill()
 		t.Fatalf("the child neither reached the failpoint nor ended within a minute:\n%s", output.String())
