@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,13 +16,15 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/console"
+	"github.com/tempotent/tempotent/internal/devserver"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/internal/receipttest"
-	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/outbox"
 )
@@ -45,8 +48,10 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// An operator resolves, in a real browser, a charge whose attempt died after charging; the next
-// attempt of the activity returns the result typed into the form, without charging again.
+// A real worker process charges through a provider that does not deduplicate and is killed
+// with SIGKILL before its receipt; the next worker's attempt finds nobody knows whether the
+// charge happened. An operator resolves it in a real browser; the audit line shows; the
+// workflow's next run replays the resolution, and the provider charged once.
 func TestResolveInTheBrowser(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
@@ -54,6 +59,8 @@ func TestResolveInTheBrowser(t *testing.T) {
 	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: schema, Codecs: codecs})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
+	_, err = pgtest.Pool(t).Exec(ctx, "CREATE TABLE "+providerCharges(schema)+" (id bigserial PRIMARY KEY, amount int NOT NULL)")
+	require.NoError(t, err)
 	op, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: schema, Codecs: codecs})
 	require.NoError(t, err)
 	out, err := outbox.New(pgtest.Pool(t), &outbox.Config{Schema: schema})
@@ -64,15 +71,44 @@ func TestResolveInTheBrowser(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
-	// The charge's first attempt charges and dies; the next finds no record of what happened.
-	fp, err := keys.FingerprintOf(map[string]int{"amount": 4200})
+	cli, err := filepath.Abs("../../bin/temporal")
 	require.NoError(t, err)
-	call := activity.Call{Key: keys.Key{Namespace: "default", Tenant: "acme", Operation: "Charge", ID: "order-7/charge"}, Fingerprint: fp, Lease: 50 * time.Millisecond}
-	charges := 0
-	receipttest.CrashAfterEffect(ctx, store, call, func(keys.Token) { charges++ })
-	_, err = receipttest.DoUntilDone(ctx, store, call, func(context.Context) (chargeResult, error) { charges++; return chargeResult{}, nil })
-	require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
-	tok := call.Key.Token()
+	temporalSrv, err := devserver.Start(ctx, devserver.Options{CLI: cli})
+	require.NoError(t, err, "the Temporal CLI is built by `make bin/temporal` (make test does)")
+	defer temporalSrv.Stop()
+	spec := workerSpec{DatabaseURL: pgtest.URL(), Schema: schema, Temporal: temporalSrv.Addr(), Queue: "browsertest-" + schema}
+	charges := func() int {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM "+providerCharges(schema)).Scan(&n))
+		return n
+	}
+
+	// The first worker charges and is killed before it records anything.
+	spec.Freeze = true
+	first, err := startWorker(spec)
+	require.NoError(t, err)
+	defer first.Kill()
+	run, err := temporalSrv.Client().ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "order-7", TaskQueue: spec.Queue,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond, BackoffCoefficient: 1}}, "Order", 4200)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return charges() == 1 }, time.Minute, 20*time.Millisecond, "the first worker never charged")
+	require.NoError(t, first.Signal(syscall.SIGKILL))
+	require.Error(t, first.Wait(), "the first worker was not killed")
+
+	// The next worker's attempt finds the receipt of an attempt that died after its call.
+	spec.Freeze = false
+	second, err := startWorker(spec)
+	require.NoError(t, err)
+	defer second.Stop()
+	var tok string
+	require.Eventually(t, func() bool {
+		page, err := op.Receipts(ctx, operator.Filter{State: operator.FilterUnresolved, WorkflowID: "order-7"})
+		require.NoError(t, err)
+		if len(page.Receipts) == 1 {
+			tok = string(page.Receipts[0].Token)
+		}
+		return tok != ""
+	}, time.Minute, 50*time.Millisecond, "the charge's receipt never waited for a person")
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.NoFirstRun, chromedp.DisableGPU, chromedp.WindowSize(1200, 900))
@@ -130,7 +166,7 @@ func TestResolveInTheBrowser(t *testing.T) {
 	overview := text("main")
 	screenshot("overview")
 	unresolved := chromedp.CSS(`a[href="/receipts?state=unresolved"]`)
-	link := chromedp.CSS(`a[href="/receipts/` + string(tok) + `"]`)
+	link := chromedp.CSS(`a[href="/receipts/` + tok + `"]`)
 	resolve := `form[action$="/resolve"]`
 	do(chromedp.Click(unresolved), chromedp.WaitVisible(link), chromedp.Click(link), chromedp.WaitVisible(chromedp.CSS(resolve)))
 	receipt := text("main")
@@ -155,8 +191,10 @@ func TestResolveInTheBrowser(t *testing.T) {
 	require.Contains(t, audit, alice.Name)
 	require.True(t, strings.Contains(audit, "resolve"))
 
-	got, err := activity.Do(ctx, store, call, func(context.Context) (chargeResult, error) { charges++; return chargeResult{}, nil })
-	require.NoError(t, err)
+	var got chargeResult
+	wait, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	require.NoError(t, run.Get(wait, &got), "the workflow did not complete after the resolution")
 	require.Equal(t, chargeResult{ChargeID: "ch_browser_7"}, got, "the next attempt did not replay the resolution")
-	require.Equal(t, 1, charges, "the charge ran again after it was resolved as applied")
+	require.Equal(t, 1, charges(), "the provider charged again after the charge was resolved as applied")
 }
