@@ -25,7 +25,8 @@ func userOf(ctx context.Context) credential {
 }
 
 // ServeHTTP serves the console. Every response carries the security headers. A request is
-// answered 401 unless it authenticates (or InsecureLocalReader lets it read); a POST, the only
+// answered 401 unless it authenticates (or InsecureLocalReader lets it read), and 429 when it
+// carries credentials from an address past Config.FailedSignIns; a POST, the only
 // method that acts, is answered 403 unless its user has RoleOperator, it comes from the
 // console's own origin, and its form carries the user's CSRF token.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +37,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-store")
 
+	if _, _, guess := r.BasicAuth(); guess {
+		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr)); held {
+			hd.Set("Retry-After", retryAfter(wait))
+			http.Error(w, "429 too many failed sign-ins from your address: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
+			return
+		}
+	}
 	user, ok := h.authenticate(r)
 	if !ok {
 		hd.Set("WWW-Authenticate", `Basic realm="tempotent console", charset="UTF-8"`)
@@ -61,6 +69,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authenticate returns the user whose basic credentials the request carries. Every user's
 // digests are compared, in constant time, whichever matches: the time taken says nothing about
 // which name or how much of a password was right.
+// A failure counts against the request's address (Config.FailedSignIns).
 func (h *Handler) authenticate(r *http.Request) (credential, bool) {
 	name, password, ok := r.BasicAuth()
 	if !ok {
@@ -78,6 +87,9 @@ func (h *Handler) authenticate(r *http.Request) (credential, bool) {
 			found = c
 		}
 		match |= same
+	}
+	if match != 1 {
+		h.signIns.failed(clientOf(r.RemoteAddr))
 	}
 	return found, match == 1
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// InboxRetention is the workers' worker.Config.InboxRetention: inbox records older than it
 	// are shown as waiting for a purge. Default InboxRetentionDefault.
 	InboxRetention time.Duration
+	// FailedSignIns bounds the failed sign-ins of one client address (see SignInLimit).
+	// Default: SignInBurstDefault at once, then one per SignInEveryDefault.
+	FailedSignIns SignInLimit
 }
 
 // ConfigError is New's error for a Config it refuses: Field names the setting, Problem says
@@ -113,12 +116,13 @@ func (e *ConfigError) Error() string { return "console: Config." + e.Field + ": 
 // Config.Path), or to serve with `tempotent ui`. It is safe for concurrent use. Make it with New;
 // the zero Handler is not usable.
 type Handler struct {
-	cfg    Config
-	users  []credential
-	mux    *http.ServeMux
-	pages  map[string]*template.Template
-	static http.Handler
-	cross  *http.CrossOriginProtection
+	cfg     Config
+	users   []credential
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
+	static  http.Handler
+	cross   *http.CrossOriginProtection
+	signIns *signIns
 }
 
 // credential is a User with the digests its credentials are compared by, so that every
@@ -140,6 +144,8 @@ func New(cfg Config) (*Handler, error) {
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSizeDefault)
 	cfg.InboxWindow = cmp.Or(cfg.InboxWindow, InboxWindowDefault)
 	cfg.InboxRetention = cmp.Or(cfg.InboxRetention, InboxRetentionDefault)
+	cfg.FailedSignIns.Burst = cmp.Or(cfg.FailedSignIns.Burst, SignInBurstDefault)
+	cfg.FailedSignIns.Every = cmp.Or(cfg.FailedSignIns.Every, SignInEveryDefault)
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
@@ -147,7 +153,8 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Secret = make([]byte, 32)
 		_, _ = rand.Read(cfg.Secret)
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}, cross: http.NewCrossOriginProtection()}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}, cross: http.NewCrossOriginProtection(),
+		signIns: newSignIns(cfg.FailedSignIns)}
 	for _, u := range cfg.Users {
 		h.users = append(h.users, credential{User: u, name: sha256.Sum256([]byte(u.Name)), password: sha256.Sum256([]byte(u.Password))})
 	}
@@ -174,6 +181,8 @@ func validate(cfg Config) error {
 		return &ConfigError{"InboxWindow", "is negative; give a positive duration, or 0 for the default"}
 	case cfg.InboxRetention < 0:
 		return &ConfigError{"InboxRetention", "is negative; give the workers' worker.Config.InboxRetention, or 0 for the default"}
+	case cfg.FailedSignIns.Every < 0:
+		return &ConfigError{"FailedSignIns.Every", "is negative; give how often an address that used its burst gets one more try, or 0 for the default"}
 	}
 	seen := map[string]bool{}
 	for i, u := range cfg.Users {

@@ -1,0 +1,148 @@
+// Failed sign-ins: a client address that keeps guessing is held off.
+
+package console
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// SignInLimit bounds the failed sign-ins of one client address, as a token bucket: Burst
+// failures at once, then one more per Every. A request that carries credentials from an address
+// past its limit is answered 429 with Retry-After, and its credentials are not checked, so that
+// a guess cannot succeed while the address is held off.
+//
+// The address is the connection's (IPv6 by its /64): proxy headers are not trusted, since the
+// client writes them. Behind a reverse proxy every client has the proxy's address and shares
+// one limit; limit sign-ins at the proxy then, or mount the console where the proxy passes the
+// connection through.
+type SignInLimit struct {
+	// Burst is how many failed sign-ins an address may make in a row. Default
+	// SignInBurstDefault; negative turns the limit off.
+	Burst int
+	// Every is how often an address that used its burst gets one more try. Default
+	// SignInEveryDefault.
+	Every time.Duration
+}
+
+// Defaults of SignInLimit.
+const (
+	SignInBurstDefault = 10
+	SignInEveryDefault = 6 * time.Second
+)
+
+// signInAddressesMax bounds how many buckets the limiter keeps: when they are all taken by
+// addresses still short of tries, any other address fails into one shared bucket (and, while
+// that bucket is empty, any address it does not remember is held off).
+var signInAddressesMax = 10_000
+
+// signIns is the limiter of failed sign-ins, by client address.
+type signIns struct {
+	limit SignInLimit
+	now   func() time.Time
+
+	mu      sync.Mutex
+	buckets map[netip.Prefix]*bucket
+}
+
+// bucket is one address's tokens, as of last.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// overflow is the bucket the addresses share once signInAddressesMax are remembered.
+var overflow = netip.Prefix{}
+
+func newSignIns(limit SignInLimit) *signIns {
+	return &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}}
+}
+
+// clientOf is the limiter's key for a request's remote address.
+func clientOf(remoteAddr string) netip.Prefix {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return overflow
+	}
+	a = a.Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// refill brings b's tokens to now.
+func (s *signIns) refill(b *bucket, now time.Time) {
+	b.tokens = min(float64(s.limit.Burst), b.tokens+float64(now.Sub(b.last))/float64(s.limit.Every))
+	b.last = now
+}
+
+// heldOff reports whether client has no try left, and when it gets the next.
+func (s *signIns) heldOff(client netip.Prefix) (time.Duration, bool) {
+	if s.limit.Burst < 0 {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[client]
+	if b == nil {
+		// An address not remembered may be one that shared the overflow bucket.
+		if b = s.buckets[overflow]; b == nil {
+			return 0, false
+		}
+	}
+	now := s.now()
+	s.refill(b, now)
+	if b.tokens >= 1 {
+		return 0, false
+	}
+	return time.Duration((1 - b.tokens) * float64(s.limit.Every)), true
+}
+
+// failed takes one try from client.
+func (s *signIns) failed(client netip.Prefix) {
+	if s.limit.Burst < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	b := s.buckets[client]
+	if b == nil {
+		if len(s.buckets) >= signInAddressesMax {
+			s.forgetRefilled(now)
+		}
+		if len(s.buckets) >= signInAddressesMax-1 { // the last place is the overflow bucket's
+			client = overflow
+		}
+		if b = s.buckets[client]; b == nil {
+			b = &bucket{tokens: float64(s.limit.Burst), last: now}
+			s.buckets[client] = b
+		}
+	}
+	s.refill(b, now)
+	b.tokens--
+}
+
+// forgetRefilled drops the buckets that are full again: their addresses are as if never seen.
+func (s *signIns) forgetRefilled(now time.Time) {
+	for k, b := range s.buckets {
+		if s.refill(b, now); b.tokens >= float64(s.limit.Burst) {
+			delete(s.buckets, k)
+		}
+	}
+}
+
+// retryAfter is the Retry-After header's value for d: whole seconds, rounded up.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
