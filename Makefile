@@ -110,6 +110,9 @@ MUTATE_DIFF ?=
 # gremlins v0.6.0 runs from inside the package with git's diffs relative to it and without context
 # lines: from the module's root its --diff matches no file (git names them from the root, gremlins
 # from the package) and takes a hunk's context lines as changed.
+# gremlins kills a timed-out mutant's `go test`, not the test binary it started, which would run
+# on (and hold its dev servers) until its own -timeout: each package's run is a process group of
+# its own (setsid), killed whole when gremlins is done.
 # MUTATE_THRESHOLD=90 fails the run when a package's efficacy (killed over killed and lived) is lower
 # (checked here: gremlins v0.6.0's own --threshold-efficacy exits 0 whatever the score).
 MUTATE_THRESHOLD ?=
@@ -120,8 +123,10 @@ mutate: $(GREMLINS) ## Mutation-test every package the promise rests on (MUTATE_
 		(cd $$p && GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true \
 			GIT_CONFIG_KEY_1=diff.context GIT_CONFIG_VALUE_1=0 \
 			GOFLAGS=-count=1 TEMPOTENT_EXPLORE_N=100 TEMPOTENT_EXPLORE_OUTBOX_N=2 TEMPOTENT_EXPLORE_SAGAS_N=8 \
+			setsid --wait sh -c 'echo $$$$ > $(CURDIR)/.tmp/gremlins.pgid; exec "$$@"' gremlins \
 			$(CURDIR)/$(GREMLINS) unleash --workers 1 --timeout-coefficient 5 $(if $(MUTATE_DIFF),--diff $(MUTATE_DIFF)) \
-			--output-statuses lt $(CURDIR)/$$p) | tee .tmp/gremlins-$$p.txt || exit 1; \
+			--output-statuses lt $(CURDIR)/$$p) | tee .tmp/gremlins-$$p.txt && status=0 || status=$$?; \
+		kill -KILL -- -$$(cat .tmp/gremlins.pgid) 2>/dev/null || true; [ $$status -eq 0 ] || exit 1; \
 		$(if $(MUTATE_THRESHOLD),awk -v min=$(MUTATE_THRESHOLD) -v pkg=$$p '/^Test efficacy:/ { seen = 1; e = $$3 + 0; if (e < min) { print "mutate: " pkg " efficacy " e "% is below " min "%"; exit 1 } } END { if (!seen) { print "mutate: gremlins printed no efficacy for " pkg; exit 1 } }' .tmp/gremlins-$$p.txt || exit 1;) \
 	done
 
