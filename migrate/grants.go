@@ -38,6 +38,8 @@ var runtimeGrants = []tableGrant{
 		"a webhook source's first delivery records its topic; moving a source to another topic is the owner's"},
 	{"audit", "SELECT, INSERT",
 		"the audit log is only added to: no UPDATE, no DELETE"},
+	{"maintenance_runs", "SELECT, INSERT, UPDATE",
+		"a purge round records its run over the last one (an UPSERT); nothing deletes one"},
 }
 
 // maxName is the longest identifier Postgres keeps (NAMEDATALEN - 1 bytes); it cuts a longer one
