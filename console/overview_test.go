@@ -42,7 +42,7 @@ func TestOverviewShowsDoctorsFindings(t *testing.T) {
 	e := setup(t)
 
 	all := findings(e.get("/", bob))
-	require.Len(t, all, 7, "the healthy schema's findings")
+	require.Len(t, all, 8, "the healthy schema's findings")
 	for _, f := range all {
 		require.Equal(t, "ok", f.level, "%+v", f)
 	}
@@ -51,7 +51,7 @@ func TestOverviewShowsDoctorsFindings(t *testing.T) {
 	e.dead(script, "m-1", "m-2")
 	page := e.get("/", bob)
 	all = findings(page)
-	require.Len(t, all, 7)
+	require.Len(t, all, 8)
 	require.Equal(t, finding{"fail", "unresolved", "unresolved receipts waiting for someone: 1, more than the limit of 0; resolve or re-arm each"}, all[0], "%+v", all)
 	require.Equal(t, finding{"fail", "dead", "dead outbox messages: 2, more than the limit of 0; requeue or discard each"}, all[1], "%+v", all)
 	for _, f := range all[2:] {
