@@ -90,8 +90,9 @@ type Limits struct {
 // there and valid, synchronous_commit is on, and, once the schema is migrated, what waits for a
 // person (unresolved receipts; the outbox's dead messages and oldest pending one, in the same
 // schema) and the purger's last run against lim. It reports one Finding per check, in the order
-// of the Check constants; a failure to ask the database is its error. It reads the whole receipts table's unresolved index
-// and the outbox's: cheap, but not free; do not call it in a tight loop.
+// of the Check constants; a failure to ask the database is its error. It reads the whole
+// receipts table's unresolved index and the outbox's: cheap, but not free; do not call it in a
+// tight loop.
 func (c *Client) Diagnose(ctx context.Context, lim Limits) ([]Finding, error) {
 	lim.OldestPending = cmp.Or(lim.OldestPending, OldestPendingDefault)
 	lim.SincePurge = cmp.Or(lim.SincePurge, SincePurgeDefault)

@@ -59,11 +59,11 @@ var ErrRoundNotRecorded = errors.New("purge round not recorded")
 // from a job when the worker's own purging is off. On an error it returns what it deleted before
 // it, purges no inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
 //
-// A round that ran is recorded as the last run of operator.TaskPurge (operator.Client.MaintenanceRuns),
-// by this host and process, with what it deleted and its error if it failed, for the console and
-// tempotent doctor; a round cut short by the end of ctx is not. A record that cannot be written
-// adds an error matching ErrRoundNotRecorded to the purge's own, which it never hides, and is
-// not counted as a failed purge.
+// A round that ran is recorded as the last run of operator.TaskPurge
+// (operator.Client.MaintenanceRuns), by this host and process, with what it deleted and its
+// error if it failed, for the console and tempotent doctor; a round cut short by the end of ctx
+// is not. A record that cannot be written adds an error matching ErrRoundNotRecorded to the
+// purge's own, which it never hides, and is not counted as a failed purge.
 func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {

@@ -129,3 +129,28 @@ func TestPurgeRoundNotRecorded(t *testing.T) {
 	require.Contains(t, joined.Unwrap()[0].Error(), "permission denied for table receipts", "the purge's error is not first")
 	require.Equal(t, int64(1), met.get(worker.MetricPurgeFailed))
 }
+
+// A round cut short by the worker stopping (its ctx cancelled while the inbox's purge waits for
+// the table) is not recorded: it did not fail, it was stopped, and the last run stays the one
+// before it.
+func TestPurgeRoundCutShortIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	met := &counters{}
+	env := purgeEnv(t, schema, 0, met) // long lock timeouts: the round waits for the table
+	_, _, err := env.PurgeRound(ctx)
+	require.NoError(t, err)
+	before := lastPurge(t, env.Operator)
+
+	release, waiting := lockInbox(t, schema)
+	defer release()
+	roundCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, _, err := env.PurgeRound(roundCtx); done <- err }()
+	require.Eventually(t, waiting, 10*time.Second, 10*time.Millisecond, "the round never reached the inbox")
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Equal(t, before, lastPurge(t, env.Operator), "a round cut short was recorded")
+	require.Zero(t, met.get(worker.MetricPurgeFailed))
+}
