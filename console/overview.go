@@ -1,4 +1,5 @@
-// The overview: what waits for a person, doctor's findings, the intake and the purge backlog.
+// The overview: what waits for a person, doctor's findings, the intake, the purger's last run
+// and the purge backlog.
 
 package console
 
@@ -29,12 +30,21 @@ type overviewData struct {
 	Consumers []inbox.ConsumerStats
 	Webhooks  []webhookSource
 	Backlog   operator.PurgeBacklog
+	// LastPurge is the purger's last recorded run; nil when it never ran.
+	LastPurge *lastPurge
 	// Overdue are the consumers (webhook sources among them) holding records older than the
 	// inbox's default retention: a worker with that retention would have purged them.
 	Overdue   []inbox.ConsumerStats
 	Retention time.Duration
 	HasInbox  bool
 	Window    time.Duration
+}
+
+// lastPurge is the purger's last run as the overview shows it: how long ago it finished, by this
+// console's clock, and how long it took.
+type lastPurge struct {
+	operator.MaintenanceRun
+	Ago, Took time.Duration
 }
 
 // webhookSource is a webhook source's intake: the deliveries it accepted and kept.
@@ -59,6 +69,13 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 	slices.SortStableFunc(d.Findings, func(a, b operator.Finding) int { return cmp.Compare(levelRank[a.Level], levelRank[b.Level]) })
 	if d.Backlog, err = h.cfg.Operator.PurgeBacklog(ctx); err != nil {
 		return nil, err
+	}
+	run, ran, err := h.cfg.Operator.LastRun(ctx, operator.TaskPurge)
+	if err != nil {
+		return nil, err
+	}
+	if ran {
+		d.LastPurge = &lastPurge{MaintenanceRun: run, Ago: time.Since(run.Finished), Took: run.Finished.Sub(run.Started)}
 	}
 	if h.cfg.Outbox != nil {
 		s, err := h.cfg.Outbox.Stats(ctx)

@@ -6,10 +6,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/telemetry"
 )
 
@@ -42,7 +44,7 @@ func TestOverviewShowsDoctorsFindings(t *testing.T) {
 	e := setup(t)
 
 	all := findings(e.get("/", bob))
-	require.Len(t, all, 7, "the healthy schema's findings")
+	require.Len(t, all, 8, "the healthy schema's findings")
 	for _, f := range all {
 		require.Equal(t, "ok", f.level, "%+v", f)
 	}
@@ -51,7 +53,7 @@ func TestOverviewShowsDoctorsFindings(t *testing.T) {
 	e.dead(script, "m-1", "m-2")
 	page := e.get("/", bob)
 	all = findings(page)
-	require.Len(t, all, 7)
+	require.Len(t, all, 8)
 	require.Equal(t, finding{"fail", "unresolved", "unresolved receipts waiting for someone: 1, more than the limit of 0; resolve or re-arm each"}, all[0], "%+v", all)
 	require.Equal(t, finding{"fail", "dead", "dead outbox messages: 2, more than the limit of 0; requeue or discard each"}, all[1], "%+v", all)
 	for _, f := range all[2:] {
@@ -95,7 +97,7 @@ func TestOverviewShowsThePurgeBacklog(t *testing.T) {
 	page := e.get("/", bob)
 	require.Equal(t, []string{"0 settled receipts are past their retention and not purged yet", "0", "", ""}, purgeRe.FindStringSubmatch(page)[:4])
 	require.Contains(t, page, "No inbox records older than the workers' inbox retention of 720h0m0s.")
-	require.Contains(t, page, "a growing number means no worker purges: see TempotentPurgeNotReporting / TempotentPurgeFailing")
+	require.Contains(t, page, "A growing number means no worker purges: see TempotentPurgeNotReporting / TempotentPurgeFailing")
 
 	e.succeeded("old-1", chargeResult{ChargeID: "ch_1"})
 	e.succeeded("old-2", chargeResult{ChargeID: "ch_2"})
@@ -114,4 +116,56 @@ func TestOverviewShowsThePurgeBacklog(t *testing.T) {
 	overdue = overdue[:strings.Index(overdue, "</table>")]
 	require.Contains(t, overdue, `<tr class="alert"><td>webhook/stripe</td><td>2</td>`)
 	require.NotContains(t, overdue, "orders", "a consumer with no record past the retention is shown as overdue")
+}
+
+// lastPurgeRe finds the overview's paragraphs on the purger's last run.
+var lastPurgeRe = regexp.MustCompile(`<p class="last-purge[^"]*">(.*)</p>`)
+
+// lastPurgeText is what the overview says of the purger's last run, tags stripped and text
+// unescaped, one paragraph a line.
+func lastPurgeText(page string) string {
+	var lines []string
+	for _, m := range lastPurgeRe.FindAllStringSubmatch(page, -1) {
+		lines = append(lines, html.UnescapeString(regexp.MustCompile(`</?code>`).ReplaceAllString(m[1], "")))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// The overview shows the purger's last run: never, then when, by whom, for how long and what
+// it deleted; a failed run's error, escaped, and the last success; doctor's finding warns of it.
+func TestOverviewShowsThePurgersLastRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	require.Equal(t, "The purger never ran: no purge round is recorded in this schema (each round a worker runs is).", lastPurgeText(e.get("/", bob)))
+
+	now := time.Now()
+	require.NoError(t, e.op.RecordMaintenanceRun(ctx, operator.MaintenanceRun{Task: operator.TaskPurge, Runner: "host-a/41",
+		Started: now, Finished: now.Add(2 * time.Second), Receipts: 12, Inbox: 3}))
+	run, _, err := e.op.LastRun(ctx, operator.TaskPurge)
+	require.NoError(t, err)
+	page := e.get("/", bob)
+	require.Regexp(t, `^The purger last ran `+regexp.QuoteMeta(run.Finished.UTC().Format("2006-01-02 15:04:05Z"))+
+		` \(\d+s ago\), by host-a/41, for 2s: it deleted 12 receipts and 3 inbox records\.$`, lastPurgeText(page))
+	require.NotContains(t, page, `class="last-purge error"`)
+
+	require.NoError(t, e.op.RecordMaintenanceRun(ctx, operator.MaintenanceRun{Task: operator.TaskPurge, Runner: "host-" + script,
+		Started: now, Finished: now, Receipts: 1, Error: "purge: " + script}))
+	page = e.get("/", bob)
+	text := lastPurgeText(page)
+	require.Contains(t, text, "by host-"+script+", for 0s: it deleted 1 receipts and 0 inbox records.")
+	require.Contains(t, text, "\nThat run failed: purge: "+script+". The last run that succeeded: "+run.LastSuccess.UTC().Format("2006-01-02 15:04:05Z")+".")
+	require.NotContains(t, strings.ToLower(page), "<script", "the runner or the error is not escaped")
+	var purge *finding
+	for _, f := range findings(page) {
+		if f.check == string(operator.CheckPurge) {
+			purge = &f
+		}
+	}
+	require.NotNil(t, purge, "no purge finding")
+	require.Equal(t, "warn", purge.level)
+	require.Contains(t, purge.message, `failed: "purge: <script>alert(\"pwned\")</script>"`)
+
+	e.exec(`UPDATE %s.maintenance_runs SET last_success_at = NULL`)
+	require.Contains(t, lastPurgeText(e.get("/", bob)), "The last run that succeeded: none.")
 }

@@ -65,8 +65,9 @@ type Config struct {
 	// MaxPayloadBytes bounds the result Resolve records. Default MaxPayloadBytesDefault.
 	MaxPayloadBytes int
 	// LockTimeout bounds how long a statement that writes receipts (Resolve, Rearm, Purge;
-	// Partition's schema changes) waits for a lock held elsewhere, so that it never queues
-	// receipt statements behind it for long. Default LockTimeoutDefault.
+	// Partition's schema changes) or records a maintenance run (RecordMaintenanceRun) waits for
+	// a lock held elsewhere, so that it never queues receipt statements behind it for long.
+	// Default LockTimeoutDefault.
 	LockTimeout time.Duration
 	// StatementTimeout bounds how long one such statement may run. Default
 	// StatementTimeoutDefault.
@@ -133,8 +134,8 @@ func (c Config) Validate() error {
 type Client struct {
 	db  *pgxpool.Pool
 	cfg Config
-	// receipts and audit are the tables, quoted.
-	receipts, audit string
+	// receipts, audit and runs (maintenance_runs) are the tables, quoted.
+	receipts, audit, runs string
 	// lockTimeout and statementTimeout are the settings in milliseconds, as set_config takes
 	// them.
 	lockTimeout, statementTimeout string
@@ -156,6 +157,7 @@ func NewClient(db *pgxpool.Pool, cfg Config) (*Client, error) {
 		cfg:              cfg,
 		receipts:         schema.ReceiptsTable(cfg.Schema),
 		audit:            schema.AuditTable(cfg.Schema),
+		runs:             pgx.Identifier{cfg.Schema, "maintenance_runs"}.Sanitize(),
 		lockTimeout:      strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10),
 		statementTimeout: strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10),
 	}, nil

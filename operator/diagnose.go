@@ -41,6 +41,7 @@ const (
 	CheckUnresolved        Check = "unresolved"         // unresolved receipts against Limits.Unresolved
 	CheckDead              Check = "dead"               // dead outbox messages against Limits.Dead
 	CheckOldestPending     Check = "oldest-pending"     // the oldest pending message against Limits.OldestPending
+	CheckPurge             Check = "purge"              // the purger's last run, and its last success against Limits.SincePurge
 )
 
 // Finding is one check's verdict. Message says what was found and what to do, for a person.
@@ -52,35 +53,49 @@ type Finding struct {
 	// messages (CheckDead), pending messages (CheckOldestPending); Limit is the limit it was
 	// judged against.
 	Count, Limit int64
-	// Waited is how long the oldest pending message has waited (CheckOldestPending).
+	// Waited is how long the oldest pending message has waited (CheckOldestPending), and how
+	// long ago a purge last succeeded (CheckPurge; zero when none has).
 	Waited time.Duration
+	// Run is the purger's last run (CheckPurge), nil when none is recorded.
+	Run *MaintenanceRun
 }
 
 // OldestPendingDefault is Limits.OldestPending's default: a running dispatcher delivers within
 // seconds, or retries with a backoff that stays under an hour until it parks the message as dead.
 const OldestPendingDefault = time.Hour
 
+// SincePurgeDefault is Limits.SincePurge's default: a worker purges every ten minutes
+// (worker.PurgeEveryDefault), and a daily purge job of your own that misses one day is not yet
+// failing.
+const SincePurgeDefault = 48 * time.Hour
+
 // Limits are the thresholds for what waits for a person. A count above its limit fails its
 // check; within it, a count above zero is a warning. A negative limit turns its check off (a
 // count above zero is then a warning). The zero Limits fails on any unresolved receipt or dead
-// message, and on a pending message older than OldestPendingDefault.
+// message, on a pending message older than OldestPendingDefault, and on no purge succeeding for
+// SincePurgeDefault.
 type Limits struct {
 	Unresolved int64 // unresolved receipts allowed
 	Dead       int64 // dead outbox messages allowed
 	// OldestPending is how long the oldest pending outbox message may have waited. Default
 	// OldestPendingDefault.
 	OldestPending time.Duration
+	// SincePurge is how long ago a purge may last have succeeded, once one has run (the record
+	// of maintenance runs, TaskPurge). Default SincePurgeDefault; negative: not checked.
+	SincePurge time.Duration
 }
 
 // Diagnose checks the deployment from the database's side, as `tempotent doctor` does: the
 // server answers, the client's schema has every migration, every index the migrations create is
 // there and valid, synchronous_commit is on, and, once the schema is migrated, what waits for a
 // person (unresolved receipts; the outbox's dead messages and oldest pending one, in the same
-// schema) against lim. It reports one Finding per check, in the order of the Check constants; a
-// failure to ask the database is its error. It reads the whole receipts table's unresolved index
-// and the outbox's: cheap, but not free; do not call it in a tight loop.
+// schema) and the purger's last run against lim. It reports one Finding per check, in the order
+// of the Check constants; a failure to ask the database is its error. It reads the whole
+// receipts table's unresolved index and the outbox's: cheap, but not free; do not call it in a
+// tight loop.
 func (c *Client) Diagnose(ctx context.Context, lim Limits) ([]Finding, error) {
 	lim.OldestPending = cmp.Or(lim.OldestPending, OldestPendingDefault)
+	lim.SincePurge = cmp.Or(lim.SincePurge, SincePurgeDefault)
 	var out []Finding
 	report := func(level Level, check Check, format string, args ...any) *Finding {
 		out = append(out, Finding{Level: level, Check: check, Message: fmt.Sprintf(format, args...)})
@@ -178,7 +193,11 @@ func (c *Client) Diagnose(ctx context.Context, lim Limits) ([]Finding, error) {
 			st.OldestPending.Round(time.Second), st.Pending, lim.OldestPending)
 	}
 	f.Count, f.Waited = st.Pending, st.OldestPending
-	return out, nil
+	purge, err := c.purgeFinding(ctx, lim.SincePurge)
+	if err != nil {
+		return nil, fmt.Errorf("diagnose: %w", err)
+	}
+	return append(out, purge), nil
 }
 
 // judge judges a count n above zero against its limit.

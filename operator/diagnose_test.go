@@ -19,7 +19,7 @@ func diagnosis(t *testing.T, op *operator.Client, lim operator.Limits) map[opera
 	findings, err := op.Diagnose(context.Background(), lim)
 	require.NoError(t, err)
 	order := []operator.Check{operator.CheckServer, operator.CheckMigrations, operator.CheckIndexes, operator.CheckIndexesValid,
-		operator.CheckSynchronousCommit, operator.CheckUnresolved, operator.CheckDead, operator.CheckOldestPending}
+		operator.CheckSynchronousCommit, operator.CheckUnresolved, operator.CheckDead, operator.CheckOldestPending, operator.CheckPurge}
 	by := map[operator.Check]operator.Finding{}
 	next := 0
 	for _, f := range findings {
@@ -42,7 +42,7 @@ func TestDiagnose(t *testing.T) {
 	db := pgtest.Pool(t)
 
 	by := diagnosis(t, op, operator.Limits{})
-	require.Len(t, by, 7, "%+v", by)
+	require.Len(t, by, 8, "%+v", by)
 	for _, f := range by {
 		require.Equal(t, operator.LevelOK, f.Level, "%+v", f)
 	}

@@ -3,7 +3,10 @@
 // (Client.Resolve), run again an intent that failed for good once its cause is fixed
 // (Client.Rearm), read the audit log of those actions (Client.Audit), count receipts
 // (Client.Stats, Client.CountSince, Client.Unresolved), forget them once their retention has
-// passed (Client.Purge), and partition their table by day (Client.Partition).
+// passed (Client.Purge), partition their table by day (Client.Partition), record and read the
+// last run of each maintenance task, such as the purger's (Client.RecordMaintenanceRun,
+// Client.MaintenanceRuns, Client.LastRun), and check the deployment as doctor does
+// (Client.Diagnose).
 //
 // It is for tools that act on receipts from outside an activity: the tempotent command
 // (cmd/tempotent), the worker's purger (worker.Env.PurgeRound), a console to come, or a script of
@@ -18,8 +21,8 @@
 //	op, err := operator.NewClient(pool, operator.Config{Schema: "tempotent", Codecs: codecs})
 //	page, err := op.Receipts(ctx, operator.Filter{State: operator.FilterUnresolved})
 //
-// What is safe: reading (Receipts, Receipt, Audit, Stats, CountSince, Unresolved) changes
-// nothing, though Stats and most listings read the whole table (run them off peak, or against a
+// What is safe: reading (Receipts, Receipt, Audit, Stats, CountSince, Unresolved,
+// MaintenanceRuns) changes nothing, though Stats and most listings read the whole table (run them off peak, or against a
 // replica). Purge never deletes an unresolved receipt nor one whose attempt may still run, and
 // may run beside the workers and other purgers. Partition converts the table in place while
 // workers run. Resolve and Rearm change what the next attempt of an activity does: Resolve only

@@ -15,8 +15,9 @@ import (
 // performance threshold: when it passes, the call waited for the lock.
 const liveness = 30 * time.Second
 
-// TestTimedStatementsGiveUpBehindATableLock: the operator's writes (resolve, purge) give up with
-// an error, within the client's timeouts, while DDL holds the receipts table locked, instead of
+// TestTimedStatementsGiveUpBehindATableLock: the operator's writes (resolve, purge, recording a
+// maintenance run) give up with an error, within the client's timeouts, while DDL holds their
+// table locked, instead of
 // waiting for it (pgx prepares the statement, which takes the table's lock, before the batch's
 // lock_timeout is set). A worker's purge round holds its schema's purge lock meanwhile.
 func TestTimedStatementsGiveUpBehindATableLock(t *testing.T) {
@@ -34,7 +35,7 @@ func TestTimedStatementsGiveUpBehindATableLock(t *testing.T) {
 	ddl, err := pgtest.Pool(t).Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ddl.Rollback(context.Background()) })
-	_, err = ddl.Exec(ctx, "LOCK TABLE "+schema+".receipts IN ACCESS EXCLUSIVE MODE")
+	_, err = ddl.Exec(ctx, "LOCK TABLE "+schema+".receipts, "+schema+".maintenance_runs IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	for name, write := range map[string]func() error{
@@ -43,6 +44,10 @@ func TestTimedStatementsGiveUpBehindATableLock(t *testing.T) {
 			return err
 		},
 		"Purge": func() error { _, err := op.Purge(ctx, 10); return err },
+		"RecordMaintenanceRun": func() error {
+			now := time.Now()
+			return op.RecordMaintenanceRun(ctx, operator.MaintenanceRun{Task: operator.TaskPurge, Runner: "host/1", Started: now, Finished: now})
+		},
 	} {
 		done := make(chan error, 1)
 		go func() { done <- write() }()

@@ -6,6 +6,7 @@
 // worker (Env.Dispatch), a worker with tempotent's interceptor, maintenance that purges receipts
 // past their retention and the schema's inbox records (inbox consumers' and webhook handlers')
 // past Config.InboxRetention, one worker per schema at a time (Config.PurgeEvery, Env.PurgeRound),
+// each round recorded for the console and tempotent doctor (operator.Client.MaintenanceRuns),
 // and a clean stop on SIGINT/SIGTERM that gives running activities a grace period.
 //
 //	env, err := worker.Start(ctx, worker.Config{TaskQueue: "payments", Migrate: true})

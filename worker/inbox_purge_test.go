@@ -119,19 +119,9 @@ func TestPurgeRoundInboxTakesTurns(t *testing.T) {
 	}
 
 	// Hold the first round inside its inbox purge, with the schema's purge lock taken, by
-	// holding the inbox table's lock. The blocker and the observer have connections of their
-	// own: a round holds two of the shared pool's, and other tests' rounds may hold the rest.
-	blockerConn, err := pgx.Connect(ctx, pgtest.URL())
-	require.NoError(t, err)
-	defer blockerConn.Close(ctx)
-	observer, err := pgx.Connect(ctx, pgtest.URL())
-	require.NoError(t, err)
-	defer observer.Close(ctx)
-	blocker, err := blockerConn.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = blocker.Rollback(ctx) }()
-	_, err = blocker.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, "inbox"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	// holding the inbox table's lock.
+	release, waiting := lockInbox(t, schema)
+	defer release()
 	var (
 		wg          sync.WaitGroup
 		firstPurged worker.Purged
@@ -139,15 +129,7 @@ func TestPurgeRoundInboxTakesTurns(t *testing.T) {
 		firstErr    error
 	)
 	wg.Go(func() { firstPurged, firstRan, firstErr = first.PurgeRound(ctx) })
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := observer.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'inbox' AND NOT l.granted)`, schema).Scan(&waiting)
-		if err != nil {
-			t.Log(err)
-		}
-		return err == nil && waiting
-	}, 10*time.Second, 10*time.Millisecond, "the first round never reached the inbox")
+	require.Eventually(t, waiting, 10*time.Second, 10*time.Millisecond, "the first round never reached the inbox")
 
 	// The second round must not get as far as the table: if it did, it would wait there (the
 	// operator's lock_timeout does not cover the wait while its statement is parsed).
@@ -158,7 +140,7 @@ func TestPurgeRoundInboxTakesTurns(t *testing.T) {
 	require.False(t, ran, "purged while the other worker's round held the schema's purge lock")
 	require.Zero(t, purged)
 
-	require.NoError(t, blocker.Rollback(ctx))
+	release()
 	wg.Wait()
 	require.NoError(t, firstErr)
 	require.True(t, firstRan)
@@ -168,6 +150,36 @@ func TestPurgeRoundInboxTakesTurns(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ran, "the first round kept the purge lock")
 	require.Zero(t, purged)
+}
+
+// lockInbox holds schema's inbox table locked until release (safe to call twice), and returns
+// it with waiting, which reports whether a statement waits for that lock. The blocker and the
+// observer have connections of their own: a round holds two of the shared pool's, and other
+// tests' rounds may hold the rest.
+func lockInbox(t *testing.T, schema string) (release func(), waiting func() bool) {
+	t.Helper()
+	ctx := context.Background()
+	blockerConn, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = blockerConn.Close(ctx) })
+	observer, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = observer.Close(ctx) })
+	blocker, err := blockerConn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = blocker.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, "inbox"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	release = func() { _ = blocker.Rollback(ctx) }
+	waiting = func() bool {
+		var waits bool
+		err := observer.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'inbox' AND NOT l.granted)`, schema).Scan(&waits)
+		if err != nil {
+			t.Log(err)
+		}
+		return err == nil && waits
+	}
+	return release, waiting
 }
 
 // A round purges in batches until a short one: exactly a batch needs a second, empty one, and a

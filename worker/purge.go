@@ -3,12 +3,15 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/telemetry"
 )
 
@@ -44,12 +47,23 @@ type Purged struct {
 	Inbox int64
 }
 
+// ErrRoundNotRecorded is matched by PurgeRound's error when the round ran but its record in the
+// maintenance runs (operator.Client.RecordMaintenanceRun) could not be written. The purge's own
+// error, when it failed too, comes first and matches as it did.
+var ErrRoundNotRecorded = errors.New("purge round not recorded")
+
 // PurgeRound deletes receipts past their retention, and then the schema's inbox records older
 // than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
-// hundred thousand, unless another worker of the same schema is purging: then it does nothing
-// and reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when
-// the worker's own purging is off. On an error it returns what it deleted before it, purges no
-// inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
+// hundred thousand, unless another worker of the same schema is purging: then it does nothing,
+// records nothing and reports ran false. Run calls it every Config.PurgeEvery; call it yourself
+// from a job when the worker's own purging is off. On an error it returns what it deleted before
+// it, purges no inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
+//
+// A round that ran is recorded as the last run of operator.TaskPurge
+// (operator.Client.MaintenanceRuns), by this host and process, with what it deleted and its
+// error if it failed, for the console and tempotent doctor; a round cut short by the end of ctx
+// is not. A record that cannot be written adds an error matching ErrRoundNotRecorded to the
+// purge's own, which it never hides, and is not counted as a failed purge.
 func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
@@ -71,24 +85,51 @@ func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err erro
 		}
 		conn.Release()
 	}()
+	started := time.Now()
+	purged, err = e.purge(ctx)
+	if err != nil && ctx.Err() != nil {
+		return purged, true, err
+	}
+	if err != nil {
+		e.Operator.Config().MetricsHandler.Counter(MetricPurgeFailed).Inc(1)
+	}
+	run := operator.MaintenanceRun{Task: operator.TaskPurge, Runner: runner(), Started: started, Finished: time.Now(),
+		Receipts: purged.Receipts, Inbox: purged.Inbox}
+	if err != nil {
+		run.Error = err.Error()
+	}
+	// Recorded under the purge lock, so that rounds are recorded in the order they ran.
+	if rerr := e.Operator.RecordMaintenanceRun(context.WithoutCancel(ctx), run); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("%w: %w", ErrRoundNotRecorded, rerr))
+	}
+	return purged, true, err
+}
+
+// purge is a round's work, once it holds the purge lock.
+func (e *Env) purge(ctx context.Context) (purged Purged, err error) {
 	metrics := e.Operator.Config().MetricsHandler
-	defer func() {
-		if err != nil && ctx.Err() == nil {
-			metrics.Counter(MetricPurgeFailed).Inc(1)
-		}
-	}()
 	purged.Receipts, err = inBatches(metrics.Counter(MetricPurged), func(limit int) (int64, error) {
 		return e.Operator.Purge(ctx, limit)
 	})
 	if err != nil {
-		return purged, true, err
+		return purged, err
 	}
 	if retention := cmp.Or(e.Config.InboxRetention, InboxRetentionDefault); retention > 0 {
 		purged.Inbox, err = inBatches(metrics.Counter(MetricInboxPurged), func(limit int) (int64, error) {
 			return e.Operator.PurgeInbox(ctx, retention, limit)
 		})
 	}
-	return purged, true, err
+	return purged, err
+}
+
+// runner names this process in the record of maintenance runs: host/pid, as a dispatcher's
+// name begins (outbox.DispatcherConfig.Name).
+func runner() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // PurgeOnce is PurgeRound as 1.0 had it: purged counts the receipts deleted only.
@@ -127,7 +168,7 @@ func (e *Env) purgeLoop(ctx context.Context) {
 		purged, ran, err := e.PurgeRound(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.Log.Warn("purge failed; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
+			e.Log.Warn("purge round failed or not recorded; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
 		case ran && purged.Receipts+purged.Inbox > 0:
 			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox)
 		}

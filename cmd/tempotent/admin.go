@@ -37,7 +37,7 @@ the lock timeout. Run it once, after migrate; again, it only creates the days ah
 }
 
 func (a *app) purge(ctx context.Context, args []string) error {
-	f := a.flags("purge", "", "Deletes receipts past their retention, a batch at a time. It never deletes an unresolved\nreceipt, nor a pending one whose attempt may still run. Workers started with the worker\nlibrary purge by themselves; this is for a job of your own, or a backlog.")
+	f := a.flags("purge", "", "Deletes receipts past their retention, a batch at a time. It never deletes an unresolved\nreceipt, nor a pending one whose attempt may still run. Workers started with the worker\nlibrary purge by themselves; this is for a job of your own, or a backlog. Each run is\nrecorded as the purger's last run, which tempotent doctor and the console show.")
 	var batch int
 	var untilDone bool
 	f.IntVar(&batch, "batch", operator.PurgeBatchDefault, "receipts per statement")
@@ -49,16 +49,20 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		return nil
 	}
 	return f.execute(ctx, args, check, func(s *session) error {
-		var total int64
-		for {
-			n, err := s.op.Purge(ctx, batch)
-			total += n
-			if err != nil {
-				return fmt.Errorf("%w (purged %d before)", err, total)
-			}
-			if !untilDone || n < int64(batch) {
-				break
-			}
+		started := time.Now()
+		total, err := purgeReceipts(ctx, s.op, batch, untilDone)
+		// Recorded as the worker records its rounds, so that doctor and the console see a purge
+		// run from cron (as a partitioned table needs) as the purger's last run.
+		run := operator.MaintenanceRun{Task: operator.TaskPurge, Runner: defaultBy() + " (tempotent purge)",
+			Started: started, Finished: time.Now(), Receipts: total}
+		if err != nil {
+			run.Error = err.Error()
+		}
+		if rerr := s.op.RecordMaintenanceRun(context.WithoutCancel(ctx), run); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("purged %d receipts, but %w", total, rerr))
+		}
+		if err != nil {
+			return err
 		}
 		fmt.Fprintf(a.stdout, "purged %d receipts\n", total)
 		if n, err := s.op.Unresolved(ctx); err == nil && n > 0 {
@@ -66,6 +70,22 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		}
 		return nil
 	})
+}
+
+// purgeReceipts purges batch receipts, and again while a batch is full when untilDone, and
+// returns how many it deleted.
+func purgeReceipts(ctx context.Context, op *operator.Client, batch int, untilDone bool) (int64, error) {
+	var total int64
+	for {
+		n, err := op.Purge(ctx, batch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("%w (purged %d before)", err, total)
+		}
+		if !untilDone || n < int64(batch) {
+			return total, nil
+		}
+	}
 }
 
 func (a *app) stats(ctx context.Context, args []string) error {
@@ -199,7 +219,7 @@ func names(migrations []migrate.Migration) string {
 }
 
 func (a *app) doctor(ctx context.Context, args []string) error {
-	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. It also counts what waits for a\nperson: unresolved receipts, dead outbox messages, and how long the oldest pending message has\nwaited. Exits 4 if any check fails or a --max- limit is crossed: run it from cron, and page on a\nnon-zero exit.")
+	f := a.flags("doctor", "", "Checks a deployment: the database answers, the schema has every migration, every index\nis there and valid, this machine's clock agrees with the database's, commits are durable,\nand the receipts' retention covers the downstream's key memory. Run it on a worker's host:\nthe clock check compares that machine with the database. It also counts what waits for a\nperson: unresolved receipts, dead outbox messages, and how long the oldest pending message has\nwaited; and it reads the purger's last run: a failure warns, no success for --max-since-purge\nfails. Exits 4 if any check fails or a --max- limit is crossed: run it from cron, and page on a\nnon-zero exit.")
 	retention, keyMemory := operator.RetentionDefault, activity.Options{}.WithDefaults().DownstreamKeyMemory
 	if v := a.getenv("TEMPOTENT_RETENTION"); v != "" {
 		d, err := parseDuration(v)
@@ -236,7 +256,7 @@ func (a *app) diagnose(ctx context.Context, s *session, retention, keyMemory tim
 			}
 		}
 		if !lim.report(f, report) {
-			report(levelOf[f.Level], "%s", f.Message)
+			report(levelOf[f.Level], "%s", safe(f.Message))
 		}
 		if f.Check == operator.CheckSynchronousCommit {
 			checkRetention(retention, keyMemory, report)

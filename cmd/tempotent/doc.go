@@ -27,8 +27,9 @@
 //	audit               the audit log, newest first: who did what, to which receipt or message, and why
 //	stats               counts by operation and state, the oldest unresolved receipt
 //	migrate             apply the migrations, or --print their SQL for your own tool
-//	doctor              schema version, indexes, clock skew, retention against key memory; exit 4 when
-//	                    unresolved receipts, dead messages or an old pending one cross --max-… limits
+//	doctor              schema version, indexes, clock skew, retention against key memory, the purger's
+//	                    last run; exit 4 when unresolved receipts, dead messages, an old pending one or
+//	                    the time since a purge last succeeded cross --max-… limits
 //	ui                  the web console on 127.0.0.1:8080 (receipts, outbox, audit; act with a reason); --users FILE
 //
 // Every command takes --help. list, show, stats, inbox and webhooks take --json for scripts.

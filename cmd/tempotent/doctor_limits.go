@@ -14,6 +14,7 @@ type limits struct {
 	unresolved    int64         // unresolved receipts allowed
 	dead          int64         // dead outbox messages allowed
 	oldestPending time.Duration // how long the oldest pending outbox message may have waited
+	sincePurge    time.Duration // how long ago a purge may last have succeeded
 }
 
 // oldestPendingDefault is --max-oldest-pending's default.
@@ -26,16 +27,24 @@ func (l *limits) define(f *flags) {
 	f.Int64Var(&l.dead, "max-dead", 0, "fail when more outbox messages than this are dead (negative: only warn)")
 	f.Func("max-oldest-pending", "fail when the oldest pending outbox message has waited longer than this (default 1h; negative: not checked)",
 		durationFlag(&l.oldestPending))
+	l.sincePurge = operator.SincePurgeDefault
+	f.Func("max-since-purge", "fail when the last purge that succeeded is older than this, once one has run (default 48h; negative: not checked)",
+		durationFlag(&l.sincePurge))
 }
 
-// operator returns l as operator.Client.Diagnose takes them. Its zero OldestPending means the default,
-// so --max-oldest-pending=0 is given as a nanosecond: any pending message fails it.
+// operator returns l as operator.Client.Diagnose takes them. Its zero OldestPending and
+// SincePurge mean the defaults, so --max-oldest-pending=0 and --max-since-purge=0 are given as a
+// nanosecond: any pending message, any time since the last success, fails them.
 func (l limits) operator() operator.Limits {
-	oldest := l.oldestPending
-	if oldest == 0 {
-		oldest = time.Nanosecond
+	return operator.Limits{Unresolved: l.unresolved, Dead: l.dead, OldestPending: orNanosecond(l.oldestPending), SincePurge: orNanosecond(l.sincePurge)}
+}
+
+// orNanosecond is d, or a nanosecond for 0.
+func orNanosecond(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
 	}
-	return operator.Limits{Unresolved: l.unresolved, Dead: l.dead, OldestPending: oldest}
+	return d
 }
 
 // report reports a finding of what waits for a person in doctor's words, which name the flag
@@ -69,6 +78,9 @@ func (l limits) report(f operator.Finding, report func(level, format string, arg
 	case f.Check == operator.CheckOldestPending:
 		report(level, "oldest pending outbox message: waiting for %s (%d pending), longer than --max-oldest-pending=%s allows: no dispatcher running, a receiver failing, or a dead message holding its key back? see tempotent outbox list",
 			roughly(f.Waited), f.Count, roughly(l.oldestPending))
+	case f.Check == operator.CheckPurge && f.Level == operator.LevelFail:
+		// Diagnose quotes the runner and the error it names.
+		report(level, "%s (the limit is --max-since-purge=%s)", safe(f.Message), roughly(l.sincePurge))
 	default:
 		return false
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,6 +70,38 @@ func TestDoctorLimits(t *testing.T) {
 		_, err = pgtest.Pool(t).Exec(ctx, `UPDATE `+tempotent.schema+`.outbox SET created_at = now() WHERE id = 'a'`)
 		require.NoError(t, err)
 		tempotent.doctorSays(exitDoctor, []string{"longer than --max-oldest-pending=0s", "ok    clock:"}, "--max-oldest-pending=0")
+	})
+
+	t.Run("Purge", func(t *testing.T) {
+		t.Parallel()
+		_, tempotent := newStore(t)
+		exec := func(sql string) {
+			_, err := pgtest.Pool(t).Exec(ctx, strings.ReplaceAll(sql, "{s}", tempotent.schema))
+			require.NoError(t, err)
+		}
+		tempotent.doctorSays(exitOK, []string{"ok    no purge run recorded yet"})
+		// tempotent purge records its run as the workers' rounds do.
+		tempotent.ok("purge")
+		tempotent.doctorSays(exitOK, []string{`ok    the last purge, by "` + defaultBy() + ` (tempotent purge)" 0s ago, deleted 0 receipts and 0 inbox records`})
+
+		// A purge that fails (its table gone) is recorded with its error, and warns.
+		exec(`ALTER TABLE {s}.receipts RENAME TO receipts_away`)
+		code, _, errOut := tempotent.run("purge")
+		require.Equal(t, exitFailed, code, errOut)
+		exec(`ALTER TABLE {s}.receipts_away RENAME TO receipts`)
+		tempotent.doctorSays(exitOK, []string{`warn  the last purge, by "` + defaultBy() + ` (tempotent purge)" 0s ago, failed: "`,
+			`does not exist`, `; the next round tries again; the last success was 0s ago`})
+
+		// No success for three days: past the default two, doctor fails, naming its flag. The
+		// error, which a terminal would act on, is quoted.
+		exec(`UPDATE {s}.maintenance_runs SET last_success_at = now() - interval '3 days', error = E'denied\x1b[2J'`)
+		code, out, _ := tempotent.run("doctor")
+		require.Equal(t, exitDoctor, code, out)
+		require.Contains(t, out, `FAIL  no purge has succeeded for 72h0m0s, longer than the limit of 48h0m0s; the last purge, by "`)
+		require.Contains(t, out, `failed: "denied\x1b[2J". Is a worker purging (worker.Config.PurgeEvery), and can it? (the limit is --max-since-purge=2d)`)
+		require.NotContains(t, out, "\x1b[2J", "the error reached the terminal raw")
+		tempotent.doctorSays(exitOK, []string{`warn  the last purge, by`}, "--max-since-purge=96h")
+		tempotent.doctorSays(exitOK, []string{`warn  the last purge, by`}, "--max-since-purge=-1s")
 	})
 
 	t.Run("BadLimit", func(t *testing.T) {
