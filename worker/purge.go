@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/telemetry"
 )
 
@@ -42,14 +43,18 @@ type Purged struct {
 	// Inbox records, of every consumer and webhook source of the schema, processed more than
 	// Config.InboxRetention ago (operator.Client.PurgeInbox).
 	Inbox int64
+	// WebhookTallies are the rows of the webhook intakes' tallies older than
+	// operator.WebhookTalliesRetention (operator.Client.PurgeWebhookTallies).
+	WebhookTallies int64
 }
 
-// PurgeRound deletes receipts past their retention, and then the schema's inbox records older
-// than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
-// hundred thousand, unless another worker of the same schema is purging: then it does nothing
-// and reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when
-// the worker's own purging is off. On an error it returns what it deleted before it, purges no
-// inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
+// PurgeRound deletes receipts past their retention, then the schema's inbox records older than
+// Config.InboxRetention (none when it is negative), then the webhook tallies older than
+// operator.WebhookTalliesRetention, each in batches of a thousand up to a hundred thousand,
+// unless another worker of the same schema is purging: then it does nothing and reports ran
+// false. Run calls it every Config.PurgeEvery; call it yourself from a job when the worker's own
+// purging is off. On an error it returns what it deleted before it, purges nothing after the
+// purge that failed, and counts MetricPurgeFailed.
 func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err error) {
 	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
@@ -87,7 +92,13 @@ func (e *Env) PurgeRound(ctx context.Context) (purged Purged, ran bool, err erro
 		purged.Inbox, err = inBatches(metrics.Counter(MetricInboxPurged), func(limit int) (int64, error) {
 			return e.Operator.PurgeInbox(ctx, retention, limit)
 		})
+		if err != nil {
+			return purged, true, err
+		}
 	}
+	purged.WebhookTallies, err = inBatches(client.MetricsNopHandler.Counter(""), func(limit int) (int64, error) {
+		return e.Operator.PurgeWebhookTallies(ctx, operator.WebhookTalliesRetention, limit)
+	})
 	return purged, true, err
 }
 
@@ -127,9 +138,9 @@ func (e *Env) purgeLoop(ctx context.Context) {
 		purged, ran, err := e.PurgeRound(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.Log.Warn("purge failed; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
-		case ran && purged.Receipts+purged.Inbox > 0:
-			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox)
+			e.Log.Warn("purge failed; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox, "webhook_tallies", purged.WebhookTallies)
+		case ran && purged.Receipts+purged.Inbox+purged.WebhookTallies > 0:
+			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox, "webhook_tallies", purged.WebhookTallies)
 		}
 	}
 }
