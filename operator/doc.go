@@ -3,7 +3,9 @@
 // (Client.Resolve), run again an intent that failed for good once its cause is fixed
 // (Client.Rearm), read the audit log of those actions (Client.Audit), count receipts
 // (Client.Stats, Client.CountSince, Client.Unresolved), forget them once their retention has
-// passed (Client.Purge), and partition their table by day (Client.Partition).
+// passed (Client.Purge), and partition their table by day (Client.Partition). It also reads
+// what each webhook source's intake answered, from the tallies its handlers write
+// (Client.WebhookTallies), and purges those (Client.PurgeWebhookTallies).
 //
 // It is for tools that act on receipts from outside an activity: the tempotent command
 // (cmd/tempotent), the worker's purger (worker.Env.PurgeRound), a console to come, or a script of
