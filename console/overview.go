@@ -47,10 +47,52 @@ type lastPurge struct {
 	Ago, Took time.Duration
 }
 
-// webhookSource is a webhook source's intake: the deliveries it accepted and kept.
+// webhookSource is a webhook source's intake within the window: the deliveries it accepted (the
+// inbox's count when there is one, the tallies' otherwise) and kept, and its tallies of
+// duplicates, refusals and failures.
 type webhookSource struct {
-	Source string
-	inbox.ConsumerStats
+	Source   string
+	Accepted int64
+	// Kept is what the inbox keeps of the source; nil without Config.Inbox.
+	Kept  *inbox.ConsumerStats
+	Tally operator.WebhookTally
+	// Reasons are Tally.Reasons, most first.
+	Reasons []reasonCount
+}
+
+// reasonCount is how many deliveries were refused or failed for one reason.
+type reasonCount struct {
+	Reason string
+	Count  int64
+}
+
+// webhookSources merges the webhook sources' inbox counts (their consumers, "webhook/" and the
+// source; none when the console has no inbox) with
+// their tallies, in source order: a source whose every delivery was refused has tallies only.
+func webhookSources(kept []inbox.ConsumerStats, tallies []operator.WebhookTally) []webhookSource {
+	at := map[string]int{}
+	var out []webhookSource
+	for _, c := range kept {
+		source := strings.TrimPrefix(c.Consumer, webhookPrefix)
+		at[source] = len(out)
+		out = append(out, webhookSource{Source: source, Accepted: c.Recent, Kept: &c})
+	}
+	for _, t := range tallies {
+		i, ok := at[t.Source]
+		if !ok {
+			i = len(out)
+			out = append(out, webhookSource{Source: t.Source, Accepted: t.Accepted})
+		}
+		out[i].Tally = t
+		for reason, n := range t.Reasons {
+			out[i].Reasons = append(out[i].Reasons, reasonCount{reason, n})
+		}
+		slices.SortFunc(out[i].Reasons, func(a, b reasonCount) int {
+			return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Reason, b.Reason))
+		})
+	}
+	slices.SortFunc(out, func(a, b webhookSource) int { return strings.Compare(a.Source, b.Source) })
+	return out
 }
 
 // levelRank orders findings: failures, then warnings, then the rest.
@@ -84,14 +126,15 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 		}
 		d.Outbox = &s
 	}
+	var kept []inbox.ConsumerStats
 	if h.cfg.Inbox != nil {
 		consumers, err := inbox.Consumers(ctx, h.cfg.Inbox, h.cfg.Operator.Config().Schema, h.cfg.InboxWindow)
 		if err != nil {
 			return nil, err
 		}
 		for _, c := range consumers {
-			if source, ok := strings.CutPrefix(c.Consumer, webhookPrefix); ok {
-				d.Webhooks = append(d.Webhooks, webhookSource{Source: source, ConsumerStats: c})
+			if strings.HasPrefix(c.Consumer, webhookPrefix) {
+				kept = append(kept, c)
 			} else {
 				d.Consumers = append(d.Consumers, c)
 			}
@@ -100,5 +143,11 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 			}
 		}
 	}
+	// Tallies are kept per minute: a shorter window counts the minute it began in.
+	tallies, err := h.cfg.Operator.WebhookTallies(ctx, max(h.cfg.InboxWindow, time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	d.Webhooks = webhookSources(kept, tallies)
 	return d, nil
 }

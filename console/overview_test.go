@@ -64,25 +64,43 @@ func TestOverviewShowsDoctorsFindings(t *testing.T) {
 	require.NotContains(t, page, script, "the overview does not escape a receiver's error")
 }
 
-// The overview counts each webhook source's accepted deliveries within the window, and the
-// records it keeps, apart from the other inbox consumers; it says where duplicates and refusals
-// are counted, and the metrics it names exist.
+// The overview shows, per webhook source within the window, the deliveries accepted (the inbox's
+// count) and kept, apart from the other inbox consumers, and, from the handlers' tallies, those
+// answered as duplicates, refused and failed, with their reasons; sources with tallies only are
+// there too, names and reasons escaped, and the metrics it names exist.
 func TestOverviewShowsWebhookIntakeBySource(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	require.Contains(t, e.get("/", bob), "No webhook deliveries kept.")
+	require.Contains(t, e.get("/", bob), "No webhook deliveries kept or counted.")
 
 	e.exec(`INSERT INTO %s.inbox (consumer, message_id, processed_at) VALUES
 		('webhook/stripe', 'evt_1', now()), ('webhook/stripe', 'evt_2', now()), ('webhook/stripe', 'evt_0', now() - interval '2 hours'),
 		('webhook/<b>github</b>', 'd-1', now()), ('orders', 'o-1', now())`)
+	e.exec(`INSERT INTO %s.webhook_tallies (minute, source, outcome, reason, count) VALUES
+		(date_trunc('minute', now()), 'stripe', 'accepted', '', 2),
+		(date_trunc('minute', now()), 'stripe', 'duplicate', '', 4),
+		(date_trunc('minute', now()), 'stripe', 'refused', 'signature', 40),
+		(date_trunc('minute', now()) - interval '1 minute', 'stripe', 'refused', 'stale', 1),
+		(date_trunc('minute', now()) - interval '3 hours', 'stripe', 'refused', 'stale', 500),
+		(date_trunc('minute', now()), 'stripe', 'failed', 'store', 3),
+		(date_trunc('minute', now()), 'forged-only', 'refused', 'signature', 9),
+		(date_trunc('minute', now()), '<script>alert(1)</script>', 'refused', '<img src=x onerror=alert(2)>', 1)`)
 	page := e.get("/", bob)
 	webhooks := page[strings.Index(page, `<table class="webhooks">`):]
 	webhooks = webhooks[:strings.Index(webhooks, "</table>")]
-	require.Contains(t, webhooks, "<tr><td>stripe</td><td>2</td><td>3</td>", "stripe: two accepted within the hour, three kept")
-	require.Contains(t, webhooks, "<tr><td>&lt;b&gt;github&lt;/b&gt;</td><td>1</td><td>1</td>", "a source's name is not escaped")
+	require.Contains(t, webhooks, "<tr><td>stripe</td><td>2</td><td>4</td><td>41</td><td>3</td><td>signature 40, store 3, stale 1</td><td>3</td>",
+		"stripe: two accepted within the hour, three kept; the tallies of the hour, the one before left out")
+	require.Contains(t, webhooks, "<tr><td>&lt;b&gt;github&lt;/b&gt;</td><td>1</td><td>0</td><td>0</td><td>0</td><td>—</td><td>1</td>", "a source's name is not escaped")
+	require.Contains(t, webhooks, "<tr><td>forged-only</td><td>0</td><td>0</td><td>9</td><td>0</td><td>signature 9</td><td>—</td><td>—</td></tr>", "a source with tallies only")
+	require.Contains(t, webhooks, "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>")
+	require.Contains(t, webhooks, "<td>&lt;img src=x onerror=alert(2)&gt; 1</td>")
+	require.NotContains(t, page, "<script>alert")
+	require.NotContains(t, page, "<img src=x")
 	require.NotContains(t, webhooks, "orders", "an inbox consumer shown as a webhook source")
 	require.Contains(t, page, "<td>orders</td>", "the other consumers are no longer shown")
-	require.Contains(t, page, "duplicates and refusals are counted in metrics: "+telemetry.WebhookDuplicate+", "+telemetry.WebhookRefused)
+	for _, metric := range []string{telemetry.WebhookAccepted, telemetry.WebhookDuplicate, telemetry.WebhookRefused, telemetry.WebhookFailed} {
+		require.Contains(t, page, metric)
+	}
 }
 
 // purgeRe finds the overview's count of settled receipts not purged yet.

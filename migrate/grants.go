@@ -40,6 +40,8 @@ var runtimeGrants = []tableGrant{
 		"the audit log is only added to: no UPDATE, no DELETE"},
 	{"maintenance_runs", "SELECT, INSERT, UPDATE",
 		"a purge round records its run over the last one (an UPSERT); nothing deletes one"},
+	{"webhook_tallies", "SELECT, INSERT, UPDATE, DELETE",
+		"webhook intakes add their counts (an upsert: INSERT, and UPDATE with SELECT of the count it adds to); the console reads them; purging deletes (FOR UPDATE SKIP LOCKED needs UPDATE)"},
 }
 
 // maxName is the longest identifier Postgres keeps (NAMEDATALEN - 1 bytes); it cuts a longer one
@@ -64,8 +66,9 @@ func (e *NameError) Error() string {
 // Grants returns the SQL that gives role exactly what tempotent's runtime needs on the schema
 // ("" means SchemaDefault): USAGE on the schema, and on each table the row privileges its
 // statements use — a worker's receipts, the outbox and its dispatchers, inbox consumers, webhook
-// intakes, the worker's purge of expired receipts and inbox records and its record of each round
-// (maintenance_runs: no DELETE), and the operator's actions, which add to the audit log (SELECT and INSERT only there: the log is never changed). It grants
+// intakes and their tallies, the worker's purge of expired receipts, inbox records and tallies
+// and its record of each round (maintenance_runs: no DELETE), and the operator's actions, which
+// add to the audit log (SELECT and INSERT only there: the log is never changed). It grants
 // no CREATE on the schema, no TRUNCATE, REFERENCES or TRIGGER, and nothing on sequences: an
 // identity column's value needs no privilege on its sequence. It is what tempotent migrate
 // --print-grants ROLE prints.

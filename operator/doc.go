@@ -6,7 +6,8 @@
 // passed (Client.Purge), partition their table by day (Client.Partition), record and read the
 // last run of each maintenance task, such as the purger's (Client.RecordMaintenanceRun,
 // Client.MaintenanceRuns, Client.LastRun), and check the deployment as doctor does
-// (Client.Diagnose).
+// (Client.Diagnose). It also reads what each webhook source's intake answered, from the tallies
+// its handlers write (Client.WebhookTallies), and purges those (Client.PurgeWebhookTallies).
 //
 // It is for tools that act on receipts from outside an activity: the tempotent command
 // (cmd/tempotent), the worker's purger (worker.Env.PurgeRound), a console to come, or a script of

@@ -19,6 +19,12 @@
 // refused by NewHandler with a *ConfigError; two deployments putting one Source under two
 // Topics are found through the database (ErrTopicConflict).
 //
+// What each endpoint answered (accepted, duplicate, refused by reason, failed) is counted in the
+// metrics and, a few seconds later, in the schema's webhook_tallies table, which tempotent
+// webhooks and the console show: a handler counts in memory and writes at most one statement per
+// HandlerConfig.TallyEvery, so that a flood of forged deliveries costs the database nothing per
+// request. Handler.Close writes what is left; call it after the server's Shutdown.
+//
 // Verifiers: Stripe (the Stripe-Signature scheme), StandardWebhooks (webhook-id,
 // webhook-timestamp, webhook-signature; v1 HMAC-SHA256 with secrets, v1a ed25519 with public keys)
 // and GitHub (X-Hub-Signature-256), each with several secrets or keys at once for rotation,

@@ -95,6 +95,13 @@ type HandlerConfig struct {
 	Now func() time.Time
 	// Metrics receives the Metric counters. Default: none.
 	Metrics client.MetricsHandler
+	// TallyEvery is how often, at most, the handler adds what it counted (deliveries accepted,
+	// duplicate, refused by reason, failed) to the schema's webhook_tallies table, which
+	// tempotent webhooks and the console read (operator.Client.WebhookTallies). Requests are
+	// counted in memory, never written one by one: an anonymous sender's flood of forged
+	// deliveries costs the database one statement per TallyEvery, from a timer of the handler's
+	// own, and no request waits for it. Default TallyEveryDefault. See Handler.Close.
+	TallyEvery time.Duration
 	// Logger logs refused and failed deliveries. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -113,6 +120,13 @@ type HandlerConfig struct {
 // metadata is a duplicate), 413 for an oversized body; 500 while another handler's Topic holds
 // the Source (ErrTopicConflict); 503 when the database did not take it, so that the provider
 // retries. Nothing is stored, and nothing started, for any 4xx or 5xx.
+//
+// Each answer is counted in the metrics (MetricAccepted, …) and, for operators, in the schema's
+// webhook_tallies table (operator.Client.WebhookTallies), per minute: the handler adds up its
+// counts in memory and writes them in one statement at most every HandlerConfig.TallyEvery,
+// from a timer that the first count after a write starts, never from a request. A refused
+// request, which anyone can send, writes nothing. Call Close at shutdown to write the last
+// counts.
 type Handler struct {
 	cfg   HandlerConfig
 	db    *pgxpool.Pool
@@ -120,6 +134,7 @@ type Handler struct {
 	inbox *inbox.Inbox
 	log   *slog.Logger
 	met   client.MetricsHandler
+	tally *tally
 	// claimed is set once the database has recorded this handler's Topic for its Source (see
 	// claimInDatabase); until then, every delivery checks it again.
 	claimed atomic.Bool
@@ -143,6 +158,8 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 		return nil, &ConfigError{Field: "HandlerConfig.MaxBodyBytes", Problem: fmt.Sprintf("is %d; give a positive limit, or 0 for the default", cfg.MaxBodyBytes)}
 	case cfg.Retention < 0:
 		return nil, &ConfigError{Field: "HandlerConfig.Retention", Problem: fmt.Sprintf("is %v; give a positive duration, or 0 for the default", cfg.Retention)}
+	case cfg.TallyEvery < 0:
+		return nil, &ConfigError{Field: "HandlerConfig.TallyEvery", Problem: fmt.Sprintf("is %v; give a positive duration, or 0 for the default", cfg.TallyEvery)}
 	}
 	if err := validate(cfg.Verifier); err != nil {
 		return nil, fmt.Errorf("webhook.NewHandler: %w", err)
@@ -150,6 +167,7 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	cfg.Topic = cmp.Or(cfg.Topic, "webhook."+cfg.Source)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, min(MaxBodyBytesDefault, int64(out.MaxPayloadBytes())))
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
+	cfg.TallyEvery = cmp.Or(cfg.TallyEvery, TallyEveryDefault)
 	if err := checkBodyLimit(cfg.MaxBodyBytes, out.MaxPayloadBytes()); err != nil {
 		return nil, err
 	}
@@ -171,9 +189,10 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	if err := claimInProcess(db, out.Schema(), cfg.Source, cfg.Topic); err != nil {
 		return nil, err
 	}
+	log := cmp.Or(cfg.Logger, slog.Default()).With("component", "tempotent.webhook", "source", cfg.Source)
 	return &Handler{
-		cfg: cfg, db: db, out: out, inbox: ib, met: met,
-		log: cmp.Or(cfg.Logger, slog.Default()).With("component", "tempotent.webhook", "source", cfg.Source),
+		cfg: cfg, db: db, out: out, inbox: ib, met: met, log: log,
+		tally: newTally(cfg.TallyEvery, log, tallyWriter(db, out.Schema(), cfg.Source)),
 	}, nil
 }
 
@@ -181,32 +200,32 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.refuse(w, http.StatusMethodNotAllowed, "method", "webhooks are POSTed")
+		h.refuse(w, http.StatusMethodNotAllowed, refusedMethod, "webhooks are POSTed")
 		return
 	}
 	tenant, verifier, err := h.verifier(r)
 	if err != nil {
-		h.refuse(w, http.StatusNotFound, "tenant", err.Error())
+		h.refuse(w, http.StatusNotFound, refusedTenant, err.Error())
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			h.refuse(w, http.StatusRequestEntityTooLarge, "oversized", fmt.Sprintf("body larger than %d bytes", h.cfg.MaxBodyBytes))
+			h.refuse(w, http.StatusRequestEntityTooLarge, refusedOversized, fmt.Sprintf("body larger than %d bytes", h.cfg.MaxBodyBytes))
 			return
 		}
-		h.refuse(w, http.StatusBadRequest, "unreadable", "reading the body: "+err.Error())
+		h.refuse(w, http.StatusBadRequest, refusedUnreadable, "reading the body: "+err.Error())
 		return
 	}
 	d, err := verifier.Verify(r.Header, body, h.cfg.Now())
 	if err != nil {
-		status, reason := http.StatusBadRequest, "malformed"
+		status, reason := http.StatusBadRequest, refusedMalformed
 		switch {
 		case errors.Is(err, ErrSignature), errors.Is(err, ErrNoSignature):
-			status, reason = http.StatusUnauthorized, "signature"
+			status, reason = http.StatusUnauthorized, refusedSignature
 		case errors.Is(err, ErrStale):
-			reason = "stale"
+			reason = refusedStale
 		}
 		h.refuse(w, status, reason, err.Error())
 		return
@@ -223,7 +242,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, inbox.ErrMismatch), errors.Is(err, outbox.ErrMismatch):
 		// The outbox's check matters past Retention: the inbox has forgotten the ID, but the
 		// outbox may still hold its message. A 503 there would have the provider retry forever.
-		h.refuse(w, http.StatusConflict, "mismatch", fmt.Sprintf("delivery %s was received before with another body; nothing was stored", d.ID))
+		h.refuse(w, http.StatusConflict, refusedMismatch, fmt.Sprintf("delivery %s was received before with another body; nothing was stored", d.ID))
 		return
 	case err != nil:
 		h.fail(w, d, tenant, err)
@@ -231,8 +250,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if accepted {
 		h.met.Counter(MetricAccepted).Inc(1)
+		h.tally.add(kindAccepted)
 	} else {
 		h.met.Counter(MetricDuplicate).Inc(1)
+		h.tally.add(kindDuplicate)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"received": true, "duplicate": !accepted})
 }
@@ -241,14 +262,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // until an operator does, and 503 otherwise. Either way the provider retries, and nothing is lost.
 func (h *Handler) fail(w http.ResponseWriter, d Delivery, tenant string, err error) {
 	if errors.Is(err, ErrTopicConflict) {
-		h.met.WithTags(map[string]string{telemetry.MetricTagReason: "topic"}).Counter(MetricFailed).Inc(1)
+		h.count(MetricFailed, failedTopic)
 		h.log.Error("delivery not stored: this handler's topic conflicts with another handler's; answering 500 so that the provider retries", "delivery", d.ID, "tenant", tenant, "topic", h.cfg.Topic, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "not stored: this endpoint is misconfigured; retry later"})
 		return
 	}
 	// Tagged like the topic conflict's, so that the counter has one set of tag keys: tally's
 	// Prometheus reporter refuses a name registered with two (its default handler panics).
-	h.met.WithTags(map[string]string{telemetry.MetricTagReason: "store"}).Counter(MetricFailed).Inc(1)
+	h.count(MetricFailed, failedStore)
 	h.log.Error("delivery not stored; answering 503 so that the provider retries", "delivery", d.ID, "tenant", tenant, "err", err)
 	w.Header().Set("Retry-After", "1")
 	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "not stored; retry"})
@@ -338,10 +359,18 @@ func MessageID(source, tenant, id string) string {
 	return "webhook/" + source + "/" + strconv.Quote(tenant) + "/" + id
 }
 
-func (h *Handler) refuse(w http.ResponseWriter, status int, reason, msg string) {
-	h.met.WithTags(map[string]string{telemetry.MetricTagReason: reason}).Counter(MetricRefused).Inc(1)
-	h.log.Warn("delivery refused", "status", status, "reason", reason, "err", msg)
+// refuse answers a delivery refused for reason (one of the refused kinds), counting it.
+func (h *Handler) refuse(w http.ResponseWriter, status int, reason kind, msg string) {
+	h.count(MetricRefused, reason)
+	h.log.Warn("delivery refused", "status", status, "reason", kindNames[reason].reason, "err", msg)
 	writeJSON(w, status, map[string]any{"error": msg})
+}
+
+// count counts a refused or failed delivery of kind k in metric, tagged with its reason, and in
+// the tallies.
+func (h *Handler) count(metric string, k kind) {
+	h.met.WithTags(map[string]string{telemetry.MetricTagReason: kindNames[k].reason}).Counter(metric).Inc(1)
+	h.tally.add(k)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

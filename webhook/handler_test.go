@@ -112,6 +112,8 @@ func newHookOn(t *testing.T, pool *pgxpool.Pool, cfg webhook.HandlerConfig) hook
 	cfg.Logger = cmp.Or(cfg.Logger, quiet)
 	h, err := webhook.NewHandler(pool, out, cfg)
 	require.NoError(t, err)
+	// Before the schema is dropped (cleanups run last first): no flush outlives the test.
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
 	return hook{Handler: h, schema: name}
 }
 
@@ -736,6 +738,7 @@ func TestHandlerDatabaseDown(t *testing.T) {
 		Metrics: met,
 	})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
 
 	body := event("evt_1", 1000)
 	signed := stripeHeader(webhook.SignStripe(stripeSecret, now, body))
@@ -782,6 +785,7 @@ func TestNewHandlerRefusesBadConfig(t *testing.T) {
 		{name: "StandardWebhooksSecretNotBase64", db: pool, out: out, cfg: webhook.HandlerConfig{Source: "svix", Verifier: webhook.StandardWebhooks{Secrets: []string{"whsec_not*base64"}}}, mentions: "Secrets[0]"},
 		{name: "NegativeMaxBodyBytes", db: pool, out: out, cfg: webhook.HandlerConfig{Source: "stripe", Verifier: valid, MaxBodyBytes: -1}, mentions: "MaxBodyBytes"},
 		{name: "NegativeRetention", db: pool, out: out, cfg: webhook.HandlerConfig{Source: "stripe", Verifier: valid, Retention: -time.Hour}, mentions: "Retention"},
+		{name: "NegativeTallyEvery", db: pool, out: out, cfg: webhook.HandlerConfig{Source: "stripe", Verifier: valid, TallyEvery: -time.Second}, mentions: "TallyEvery"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

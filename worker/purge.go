@@ -45,6 +45,9 @@ type Purged struct {
 	// Inbox records, of every consumer and webhook source of the schema, processed more than
 	// Config.InboxRetention ago (operator.Client.PurgeInbox).
 	Inbox int64
+	// WebhookTallies are the rows of the webhook intakes' tallies older than
+	// operator.WebhookTalliesRetention (operator.Client.PurgeWebhookTallies).
+	WebhookTallies int64
 }
 
 // ErrRoundNotRecorded is matched by PurgeRound's error when the round ran but its record in the
@@ -52,12 +55,13 @@ type Purged struct {
 // error, when it failed too, comes first and matches as it did.
 var ErrRoundNotRecorded = errors.New("purge round not recorded")
 
-// PurgeRound deletes receipts past their retention, and then the schema's inbox records older
-// than Config.InboxRetention (none when it is negative), each in batches of a thousand up to a
-// hundred thousand, unless another worker of the same schema is purging: then it does nothing,
-// records nothing and reports ran false. Run calls it every Config.PurgeEvery; call it yourself
-// from a job when the worker's own purging is off. On an error it returns what it deleted before
-// it, purges no inbox records when the receipts' purge failed, and counts MetricPurgeFailed.
+// PurgeRound deletes receipts past their retention, then the schema's inbox records older than
+// Config.InboxRetention (none when it is negative), then the webhook tallies older than
+// operator.WebhookTalliesRetention, each in batches of a thousand up to a hundred thousand,
+// unless another worker of the same schema is purging: then it does nothing, records nothing and
+// reports ran false. Run calls it every Config.PurgeEvery; call it yourself from a job when the
+// worker's own purging is off. On an error it returns what it deleted before it, purges nothing
+// after the purge that failed, and counts MetricPurgeFailed.
 //
 // A round that ran is recorded as the last run of operator.TaskPurge
 // (operator.Client.MaintenanceRuns), by this host and process, with what it deleted and its
@@ -118,7 +122,13 @@ func (e *Env) purge(ctx context.Context) (purged Purged, err error) {
 		purged.Inbox, err = inBatches(metrics.Counter(MetricInboxPurged), func(limit int) (int64, error) {
 			return e.Operator.PurgeInbox(ctx, retention, limit)
 		})
+		if err != nil {
+			return purged, err
+		}
 	}
+	purged.WebhookTallies, err = inBatches(client.MetricsNopHandler.Counter(""), func(limit int) (int64, error) {
+		return e.Operator.PurgeWebhookTallies(ctx, operator.WebhookTalliesRetention, limit)
+	})
 	return purged, err
 }
 
@@ -168,9 +178,9 @@ func (e *Env) purgeLoop(ctx context.Context) {
 		purged, ran, err := e.PurgeRound(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.Log.Warn("purge round failed or not recorded; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox)
-		case ran && purged.Receipts+purged.Inbox > 0:
-			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox)
+			e.Log.Warn("purge round failed or not recorded; retrying at the next round", "err", err, "receipts", purged.Receipts, "inbox", purged.Inbox, "webhook_tallies", purged.WebhookTallies)
+		case ran && purged.Receipts+purged.Inbox+purged.WebhookTallies > 0:
+			e.Log.Info("purged expired records", "receipts", purged.Receipts, "inbox", purged.Inbox, "webhook_tallies", purged.WebhookTallies)
 		}
 	}
 }

@@ -63,10 +63,10 @@ func owner(t *testing.T, schema, stmt string) {
 
 // A whole worker connected as the runtime role, on the real dev server: it starts with -migrate
 // on a schema the owner migrated, runs an activity whose receipt commits with an outbox message,
-// has its dispatcher deliver that message into an inbox consumer, takes a webhook delivery,
-// leaves an outcome unknown that the operator resolves (its audit row written by the role), and
-// purges receipts and inbox records — all without a privilege beyond migrate.Grants, and owning
-// nothing.
+// has its dispatcher deliver that message into an inbox consumer, takes a webhook delivery and
+// records its tallies, leaves an outcome unknown that the operator resolves (its audit row
+// written by the role), and purges receipts, inbox records and webhook tallies — all without a
+// privilege beyond migrate.Grants, and owning nothing.
 func TestWorkerRunsUnderTheRuntimeRole(t *testing.T) {
 	cli, err := filepath.Abs("../bin/temporal")
 	require.NoError(t, err)
@@ -154,6 +154,12 @@ func TestWorkerRunsUnderTheRuntimeRole(t *testing.T) {
 	hook.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code, "the intake refused the delivery under the runtime role: %s", rec.Body)
 	require.Equal(t, "webhook.fakepay", <-delivered)
+	// Its tallies, flushed under the role.
+	require.NoError(t, hook.Close(ctx), "the intake could not record its tallies under the runtime role")
+	tallies, err := env.Operator.WebhookTallies(ctx, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, tallies, 1)
+	require.Equal(t, int64(1), tallies[0].Accepted)
 
 	// An outcome left unknown by a frozen attempt, resolved by the operator under the role.
 	run, err := env.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "order-1", TaskQueue: "least-privilege",
@@ -184,10 +190,11 @@ func TestWorkerRunsUnderTheRuntimeRole(t *testing.T) {
 	owner(t, schema, "UPDATE {s}.receipts SET expires_at = now() - interval '1 second'")
 	owner(t, schema, "UPDATE {s}.inbox SET processed_at = now() - interval '31 days'")
 	owner(t, schema, "UPDATE {s}.outbox SET delivered_at = now() - interval '31 days'")
+	owner(t, schema, "UPDATE {s}.webhook_tallies SET minute = minute - interval '8 days'")
 	purged, ran, err := env.PurgeRound(ctx)
 	require.NoError(t, err, "the purge round failed under the runtime role")
 	require.True(t, ran)
-	require.Equal(t, worker.Purged{Receipts: 2, Inbox: 3}, purged) // Ship, Order; ledger's 2, fakepay's 1
+	require.Equal(t, worker.Purged{Receipts: 2, Inbox: 3, WebhookTallies: 1}, purged) // Ship, Order; ledger's 2, fakepay's 1; its accepted minute
 	pruned, err := env.Outbox.Prune(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), pruned)

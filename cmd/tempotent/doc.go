@@ -23,7 +23,7 @@
 //	outbox requeue      deliver a dead message again (or --all-dead matching filters, up to --limit); audited
 //	outbox discard      delete a dead message undelivered (or --all-dead matching filters); audited
 //	inbox               inbox records per consumer (count, oldest, newest, within --window), or one --consumer's
-//	webhooks            deliveries each webhook intake accepted, per source, or one --source's
+//	webhooks            per source, deliveries accepted, duplicate, refused (by reason) and failed within --window, or one --source's
 //	audit               the audit log, newest first: who did what, to which receipt or message, and why
 //	stats               counts by operation and state, the oldest unresolved receipt
 //	migrate             apply the migrations, or --print their SQL for your own tool

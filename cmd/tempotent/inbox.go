@@ -6,11 +6,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tempotent/tempotent/inbox"
+	"github.com/tempotent/tempotent/operator"
 )
 
 // webhookPrefix begins the inbox consumer of a webhook intake (webhook.Handler): "webhook/" and
@@ -22,20 +25,24 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 their oldest and newest, and how many were processed within --window. With --consumer, lists
 that consumer's most recent records instead. Read only; records past their retention are
 purged by the workers. Counting reads the whole inbox table.`)
-	return a.inboxView(ctx, f, args, "consumer", "", "")
+	return a.inboxView(ctx, f, args, "consumer", "", "", false)
 }
 
 func (a *app) webhooks(ctx context.Context, args []string) error {
-	f := a.flags("webhooks", "", `Counts the deliveries each webhook intake accepted (its inbox records, consumer
-"webhook/SOURCE"): all those kept, the oldest and newest, and those accepted within --window.
-With --source, lists that source's most recent deliveries (webhook/SOURCE/"TENANT"/ID).
-Read only. Counting reads the whole inbox table.`)
-	return a.inboxView(ctx, f, args, "source", webhookPrefix, "ACCEPTED")
+	f := a.flags("webhooks", "", `Counts, per webhook source, the deliveries its intake accepted within --window (its inbox
+records, consumer "webhook/SOURCE"), answered as duplicates, refused and failed to store (the
+handlers' tallies, counted per minute and written every few seconds; a week of them is kept),
+with the reasons of the refusals and failures (signature, stale, oversized, malformed, ...;
+store), and the accepted deliveries kept (KEPT), the oldest and newest. With --source, lists that source's most recent deliveries
+(webhook/SOURCE/"TENANT"/ID). Read only. Counting reads the whole inbox table.`)
+	return a.inboxView(ctx, f, args, "source", webhookPrefix, "ACCEPTED", true)
 }
 
 // inboxView is inbox and webhooks: the consumers whose name begins with prefix (shown without
-// it) and their counts, or one's records; recentHeader names the window's count.
-func (a *app) inboxView(ctx context.Context, f *flags, args []string, what, prefix, recentHeader string) error {
+// it) and their counts, or one's records; recentHeader names the window's count. With tallies,
+// the webhook tallies of the window are shown beside the counts, for sources with records or
+// tallies (a source whose every delivery was refused has no record).
+func (a *app) inboxView(ctx context.Context, f *flags, args []string, what, prefix, recentHeader string, tallies bool) error {
 	var name string
 	var limit int
 	var asJSON bool
@@ -63,21 +70,22 @@ func (a *app) inboxView(ctx context.Context, f *flags, args []string, what, pref
 		if err != nil {
 			return err
 		}
-		type consumerJSON struct {
-			Name    string    `json:"name"`
-			Records int64     `json:"records"`
-			Recent  int64     `json:"recent"`
-			Oldest  time.Time `json:"oldest"`
-			Newest  time.Time `json:"newest"`
-		}
 		out := struct {
 			WindowSeconds float64        `json:"window_seconds"`
 			Consumers     []consumerJSON `json:"consumers"`
 		}{WindowSeconds: window.Seconds(), Consumers: []consumerJSON{}}
 		for _, c := range all {
 			if n, ok := strings.CutPrefix(c.Consumer, prefix); ok {
-				out.Consumers = append(out.Consumers, consumerJSON{n, c.Records, c.Recent, c.Oldest, c.Newest})
+				out.Consumers = append(out.Consumers, consumerJSON{Name: n, Records: c.Records, Recent: c.Recent, Oldest: c.Oldest, Newest: c.Newest})
 			}
+		}
+		if tallies {
+			// Tallies are kept per minute: a shorter window counts the minute it began in.
+			t, err := s.op.WebhookTallies(ctx, max(window, time.Minute))
+			if err != nil {
+				return err
+			}
+			out.Consumers = withTallies(out.Consumers, t)
 		}
 		if asJSON {
 			return writeSafeJSON(a.stdout, out)
@@ -87,6 +95,14 @@ func (a *app) inboxView(ctx context.Context, f *flags, args []string, what, pref
 			return nil
 		}
 		w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		if tallies {
+			fmt.Fprintf(w, "%s\tACCEPTED LAST %s\tDUPLICATE\tREFUSED\tFAILED\tREASONS\tKEPT\tOLDEST\tNEWEST\n", strings.ToUpper(what), roughly(window))
+			for _, c := range out.Consumers {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", safe(c.Name), c.Recent, c.Duplicate, c.Refused, c.Failed,
+					reasons(c.Reasons), c.Records, ago(c.Records, c.Oldest), ago(c.Records, c.Newest))
+			}
+			return w.Flush()
+		}
 		fmt.Fprintf(w, "%s\tRECORDS\t%s LAST %s\tOLDEST\tNEWEST\n", strings.ToUpper(what), cmp.Or(recentHeader, "PROCESSED"), roughly(window))
 		for _, c := range out.Consumers {
 			fmt.Fprintf(w, "%s\t%d\t%d\t%s ago\t%s ago\n", safe(c.Name), c.Records, c.Recent, age(c.Oldest), age(c.Newest))
@@ -130,4 +146,65 @@ func (a *app) records(ctx context.Context, s *session, schema, consumer string, 
 		fmt.Fprintf(w, "%s\t%s\t%t\n", safe(r.MessageID), stamp(r.ProcessedAt), r.Checked)
 	}
 	return w.Flush()
+}
+
+// consumerJSON is a consumer's counts, as inbox and webhooks --json print them; webhooks adds a
+// source's tallies.
+type consumerJSON struct {
+	Name    string `json:"name"`
+	Records int64  `json:"records"`
+	Recent  int64  `json:"recent"`
+	// Oldest and Newest are left out for a source with tallies and no records.
+	Oldest time.Time `json:"oldest,omitzero"`
+	Newest time.Time `json:"newest,omitzero"`
+	// The webhook tallies of the window (operator.WebhookTally): Accepted as the handlers
+	// counted it (Recent is the inbox's exact count), the refused and failed by reason.
+	Tallied   int64            `json:"tallied_accepted,omitempty"`
+	Duplicate int64            `json:"duplicate,omitempty"`
+	Refused   int64            `json:"refused,omitempty"`
+	Failed    int64            `json:"failed,omitempty"`
+	Reasons   map[string]int64 `json:"reasons,omitempty"`
+}
+
+// withTallies adds each source's tallies to its counts, and the sources that have tallies and
+// no records, in name order.
+func withTallies(sources []consumerJSON, tallies []operator.WebhookTally) []consumerJSON {
+	at := map[string]int{}
+	for i, c := range sources {
+		at[c.Name] = i
+	}
+	for _, t := range tallies {
+		i, ok := at[t.Source]
+		if !ok {
+			i = len(sources)
+			sources = append(sources, consumerJSON{Name: t.Source})
+		}
+		c := &sources[i]
+		c.Tallied, c.Duplicate, c.Refused, c.Failed, c.Reasons = t.Accepted, t.Duplicate, t.Refused, t.Failed, t.Reasons
+	}
+	slices.SortFunc(sources, func(a, b consumerJSON) int { return strings.Compare(a.Name, b.Name) })
+	return sources
+}
+
+// reasons writes refusal and failure counts by reason, most first: "signature=40 stale=2"; "-"
+// for none. The reasons are the handlers' own words, not a sender's.
+func reasons(by map[string]int64) string {
+	if len(by) == 0 {
+		return "-"
+	}
+	names := slices.Sorted(maps.Keys(by))
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(by[b], by[a]) })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s=%d", safe(n), by[n])
+	}
+	return strings.Join(parts, " ")
+}
+
+// ago is how long ago t was, or "-" when there are no records to be old.
+func ago(records int64, t time.Time) string {
+	if records == 0 {
+		return "-"
+	}
+	return age(t) + " ago"
 }

@@ -63,7 +63,7 @@ func (a *app) commands() []command {
 		{"outbox requeue", "deliver a dead message (or --all-dead matching filters) again: --reason WHY", a.outboxRequeue},
 		{"outbox discard", "delete a dead message (or --all-dead matching filters) undelivered: --reason WHY", a.outboxDiscard},
 		{"inbox", "count inbox records per consumer, or list one's (--consumer)", a.inbox},
-		{"webhooks", "count the deliveries each webhook intake accepted, or list one's (--source)", a.webhooks},
+		{"webhooks", "count each webhook source's deliveries accepted, duplicate, refused and failed, or list one's (--source)", a.webhooks},
 		{"audit", "the audit log, newest first: who did what, to which receipt or message, and why", a.audit},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},

@@ -181,8 +181,8 @@ func TestInboxAndWebhooksCommands(t *testing.T) {
 
 	out = tempotent.ok("webhooks")
 	t.Logf("$ tempotent webhooks\n%s", out)
-	require.Regexp(t, `SOURCE\s+RECORDS\s+ACCEPTED LAST 24h`, out)
-	require.Regexp(t, `\nstripe\s+3\s+3\s`, out)
+	require.Regexp(t, `SOURCE\s+ACCEPTED LAST 24h\s+DUPLICATE\s+REFUSED\s+FAILED\s+REASONS\s+KEPT\s`, out)
+	require.Regexp(t, `\nstripe\s+3\s+0\s+0\s+0\s+-\s+3\s`, out)
 	require.NotContains(t, out, "shipping")
 
 	out = tempotent.ok("webhooks", "--source", "stripe")
