@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,7 +165,8 @@ func TestUpUnderRuntimeRole(t *testing.T) {
 	require.NoError(t, err)
 	err = migrate.Up(ctx, pool, schema)
 	requirePrivilegeExplained(t, err)
-	require.Equal(t, versions(t)[:7], applied(t, schema))
+	// Every version but 008: the migrations after it stay applied.
+	require.Equal(t, slices.DeleteFunc(versions(t), func(v int) bool { return v == 8 }), applied(t, schema))
 
 	// A schema that does not exist: the role may not create it either.
 	err = migrate.Up(ctx, pool, newSchemaName(t))
