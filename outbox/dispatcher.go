@@ -100,7 +100,11 @@ type DispatcherConfig struct {
 	// Default MaxAttemptsDefault.
 	MaxAttempts int
 	// Maintenance is how often Run prunes delivered messages past the outbox's retention and
-	// refreshes the backlog gauges. Default MaintenanceDefault; negative turns both off.
+	// refreshes the backlog gauges. Default MaintenanceDefault; negative turns both off. One
+	// round prunes at most ten batches of PruneBatchDefault; while the last of them came back
+	// full, the dispatcher prunes one more batch after each full batch it delivers (Drain), and
+	// goes on round after round while it has nothing to deliver (Run), until a batch comes back
+	// short: a backlog of expired messages is worked off while delivering, not a round a period.
 	Maintenance time.Duration
 	// Metrics receives the dispatcher's counters and gauges (the Metric constants): give the
 	// Temporal client's handler to have them beside the worker's. Default: none.
@@ -215,6 +219,8 @@ func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher
 // When ctx ends, Run claims nothing more, lets the publishes in flight finish within
 // ShutdownGrace, marks their results, and hands the rest of its batch back without counting an
 // attempt (see DispatcherConfig.ShutdownGrace), before it returns.
+//
+// Run delivers with Drain: each batch's marks go out with the claim of the next batch.
 //
 // The dispatchers running on one pool in a process share one LISTEN connection, opened outside
 // the pool with the pool's connection settings (its BeforeConnect and AfterConnect hooks are not
