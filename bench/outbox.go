@@ -161,10 +161,10 @@ func insertBare(d *db) func(ctx context.Context, n int) {
 	}
 }
 
-// dispatch delivers n put messages with k dispatchers of the given Concurrency, each in Run's
-// drain loop (DispatchOnce until a batch comes back short), through a publisher that does
-// nothing. DispatchOnce rather than Run: Run adds a LISTEN connection and the poll, which a
-// drain of messages already there does not use.
+// dispatch delivers n put messages with k dispatchers of the given Concurrency, each calling
+// Drain as Run does (batch after batch, each batch's marks sent with the next claim, until one
+// comes back short), through a publisher that does nothing. Drain rather than Run: Run adds a
+// LISTEN connection and the poll, which a drain of messages already there does not use.
 func dispatch(o *outbox.Outbox, k, concurrency, batch int) func(ctx context.Context, n int) error {
 	var delivered atomic.Int64
 	pub := outbox.PublisherFunc(func(context.Context, outbox.Delivery) error {
@@ -183,7 +183,8 @@ func dispatch(o *outbox.Outbox, k, concurrency, batch int) func(ctx context.Cont
 	}
 	return func(ctx context.Context, n int) error {
 		delivered.Store(0)
-		return untilDelivered(&delivered, n, len(ds), func(i int) (int, error) { return ds[i].DispatchOnce(ctx) }, batch)
+		// Drain returns once a batch comes back short: one call per loop and pass.
+		return untilDelivered(&delivered, n, len(ds), func(i int) (int, error) { _, err := ds[i].Drain(ctx); return 0, err }, batch)
 	}
 }
 

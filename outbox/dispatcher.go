@@ -10,14 +10,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/client"
 
-	"github.com/tempotent/tempotent/internal/failpoint"
 	"github.com/tempotent/tempotent/internal/schema"
 	"github.com/tempotent/tempotent/telemetry"
 )
@@ -44,9 +45,10 @@ const (
 	// markShare: a tenth of the lease is kept for marking the results, after the last publish
 	// that may start has timed out.
 	markShare = 10
-	// pruneMaxBatches bounds one maintenance round's pruning, with half the Maintenance period:
-	// a backlog of expired messages is worked off over several rounds.
-	pruneMaxBatches = 100
+	// pruneRoundBatches bounds one round of pruning, so that a backlog of expired messages
+	// delays no delivery by more than that: the dispatcher goes on pruning between its batches
+	// (Dispatcher.Drain) and in its idle time (Dispatcher.Run) until a batch comes back short.
+	pruneRoundBatches = 10
 )
 
 // Metric names, emitted through DispatcherConfig.Metrics. They are the telemetry package's, which
@@ -98,7 +100,11 @@ type DispatcherConfig struct {
 	// Default MaxAttemptsDefault.
 	MaxAttempts int
 	// Maintenance is how often Run prunes delivered messages past the outbox's retention and
-	// refreshes the backlog gauges. Default MaintenanceDefault; negative turns both off.
+	// refreshes the backlog gauges. Default MaintenanceDefault; negative turns both off. One
+	// round prunes at most ten batches of PruneBatchDefault; while the last of them came back
+	// full, the dispatcher prunes one more batch after each full batch it delivers (Drain), and
+	// goes on round after round while it has nothing to deliver (Run), until a batch comes back
+	// short: a backlog of expired messages is worked off while delivering, not a round a period.
 	Maintenance time.Duration
 	// Metrics receives the dispatcher's counters and gauges (the Metric constants): give the
 	// Temporal client's handler to have them beside the worker's. Default: none.
@@ -145,6 +151,9 @@ type Dispatcher struct {
 	cfg DispatcherConfig
 	log *slog.Logger
 	met client.MetricsHandler
+	// behind: the last pruning batch came back full, so delivered messages past retention are
+	// waiting; Run and Drain prune them between batches until one comes back short.
+	behind atomic.Bool
 }
 
 // NewDispatcher returns a dispatcher of o's messages through pub. A publisher with a Validate
@@ -211,6 +220,8 @@ func NewDispatcher(o *Outbox, pub Publisher, cfg *DispatcherConfig) (*Dispatcher
 // ShutdownGrace, marks their results, and hands the rest of its batch back without counting an
 // attempt (see DispatcherConfig.ShutdownGrace), before it returns.
 //
+// Run delivers with Drain: each batch's marks go out with the claim of the next batch.
+//
 // The dispatchers running on one pool in a process share one LISTEN connection, opened outside
 // the pool with the pool's connection settings (its BeforeConnect and AfterConnect hooks are not
 // run for it). Each dispatcher takes a connection of the pool only for a claim, a mark or a
@@ -237,24 +248,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// may be far off, so that what a wake-up announced during the outage is not left waiting.
 	failures := 0
 	for {
-		var retry <-chan time.Time
-		// Drain: a full batch says there may be more.
-		for ctx.Err() == nil {
-			n, err := d.DispatchOnce(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				failures++
-				pause := d.retryPause(failures)
-				d.log.Warn("dispatch failed; retrying", "err", err, "in", pause)
-				retry = time.After(pause)
-				break
-			}
+		var retry, catchUp <-chan time.Time
+		if _, err := d.Drain(ctx); err != nil && ctx.Err() == nil {
+			failures++
+			pause := d.retryPause(failures)
+			d.log.Warn("dispatch failed; retrying", "err", err, "in", pause)
+			retry = time.After(pause)
+		} else if err == nil {
 			failures = 0
-			if n < d.cfg.Batch {
-				break
-			}
+		}
+		if d.behind.Load() && retry == nil {
+			catchUp = ready
 		}
 		select {
 		case <-ctx.Done():
@@ -262,11 +266,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-wake:
 		case <-poll.C:
 		case <-retry:
+		case <-catchUp:
+			d.pruneRound(ctx)
 		case <-maintain:
 			d.maintain(ctx)
 		}
 	}
 }
+
+// ready is a channel always ready to receive from.
+var ready = func() chan time.Time { c := make(chan time.Time); close(c); return c }()
 
 // retryPauseMin is the mean pause after the first failed round; it doubles with each failure
 // in a row, up to the poll interval.
@@ -313,27 +322,11 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	// A claim cut off by the shutdown could commit without its reply reaching us: its messages
-	// would stay held until the lease ends, an attempt counted. It runs under the grace instead,
-	// and what it took is handed back.
-	graceCtx, release := d.graceAfter(ctx)
-	defer release()
-	// Taken before the claim is sent: the database's lease starts later, at the claim's
-	// now(), so one measured from here ends first, whatever the round trip's latency.
-	claimedAt := time.Now()
-	batch, err := d.claim(graceCtx)
-	if err != nil || len(batch) == 0 {
+	n, h, err := d.round(ctx, nil)
+	if err != nil || h == nil {
 		return 0, err
 	}
-	leaseEnd := claimedAt.Add(d.cfg.Lease)
-	d.publish(ctx, graceCtx, leaseEnd, batch)
-	failpoint.Hit(failpoint.AfterPublish)
-	// Marks go out even when ctx has ended: a delivered message left unmarked is delivered
-	// again, and an untried one stays claimed until its lease ends. They are bounded by the
-	// lease: past it, another dispatcher may hold the messages, and the fence would refuse them.
-	markCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
-	defer cancel()
-	return len(batch), d.mark(markCtx, batch)
+	return n, d.markHeld(ctx, h)
 }
 
 // claim takes up to Batch ready messages: pending, out of backoff, not under a live claim, and,
@@ -341,42 +334,49 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 // now (mark takes it back from a message handed back unpublished), and parks as dead, without
 // counting another, the messages that have had MaxAttempts claims already, instead of handing
 // them out again.
-func (d *Dispatcher) claim(ctx context.Context) ([]*claimed, error) {
+//
+// With prev, the marks of that batch go first, in the same round trip and the same transaction
+// (see Dispatcher.Drain): they are fenced as mark's are, and the claim sees what they changed (a
+// message marked delivered frees the next one of its key). If the round trip fails, neither the
+// marks nor the claim took effect, or both did and the reply was lost.
+func (d *Dispatcher) claim(ctx context.Context, prev *held) ([]*claimed, error) {
 	var topics []string
 	if len(d.cfg.Topics) > 0 {
 		topics = d.cfg.Topics
 	}
 	by := d.claimIdentity()
-	res := d.o.db.SendBatch(ctx, claimBatch(d.o.table, topics, d.cfg.Batch, d.cfg.Lease, d.cfg.MaxAttempts, by))
-	defer res.Close()
-	if _, err := res.Exec(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
-	}
-	rows, err := res.Query()
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
-	}
+	cb := claimBatch(d.o.table, topics, d.cfg.Batch, d.cfg.Lease, d.cfg.MaxAttempts, by)
 	var batch []*claimed
-	for rows.Next() {
-		c := claimed{by: by}
-		var state string
-		m := &c.delivery
-		if err := rows.Scan(&c.seq, &state, &m.ID, &m.Topic, &m.OrderingKey, &m.Payload, &m.Headers, &m.Attempt, &m.CreatedAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("outbox: claim: %w", err)
+	cb.QueuedQueries[len(cb.QueuedQueries)-1].Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			c := claimed{by: by}
+			var state string
+			m := &c.delivery
+			if err := rows.Scan(&c.seq, &state, &m.ID, &m.Topic, &m.OrderingKey, &m.Payload, &m.Headers, &m.Attempt, &m.CreatedAt); err != nil {
+				return err
+			}
+			if state == "dead" {
+				d.met.Counter(MetricDead).Inc(1)
+				d.log.Error("message parked as dead: it used up its attempts without an outcome", "id", m.ID, "topic", m.Topic, "attempts", m.Attempt)
+				continue
+			}
+			batch = append(batch, &c)
 		}
-		if state == "dead" {
-			d.met.Counter(MetricDead).Inc(1)
-			d.log.Error("message parked as dead: it used up its attempts without an outcome", "id", m.ID, "topic", m.Topic, "attempts", m.Attempt)
-			continue
+		return rows.Err()
+	})
+	b := cb
+	if prev != nil {
+		// byIndex first: it holds for the whole transaction, and the claim must stay behind it.
+		b = &pgx.Batch{QueuedQueries: slices.Clone(cb.QueuedQueries[:1])}
+		d.queueMarks(b, prev.batch)
+		b.QueuedQueries = append(b.QueuedQueries, cb.QueuedQueries[1:]...)
+	}
+	if err := d.o.db.SendBatch(ctx, b).Close(); err != nil { // the claim's commit
+		if prev != nil {
+			return nil, fmt.Errorf("outbox: mark %d results and claim the next batch (the results will be delivered again after their lease): %w",
+				len(prev.batch), schema.Explain(err, d.o.cfg.Schema))
 		}
-		batch = append(batch, &c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
-	if err := res.Close(); err != nil { // the claim's commit
-		return nil, fmt.Errorf("outbox: claim: %w", err)
+		return nil, fmt.Errorf("outbox: claim: %w", schema.Explain(err, d.o.cfg.Schema))
 	}
 	return batch, nil
 }
@@ -400,7 +400,10 @@ func claimBatch(table string, topics []string, n int, lease time.Duration, maxAt
 }
 
 // claimStatement is the claim on table: $1 the topics (NULL for all), $2 the batch size, $3 the
-// lease in microseconds, $4 MaxAttempts, $5 the dispatcher's name.
+// lease in microseconds, $4 MaxAttempts, $5 the dispatcher's name. The UPDATE takes the rows the
+// CTE chose by seq = ANY, one probe of the primary key each: as a join with the CTE, an analyzed
+// table of a few thousand messages had it hash the whole primary key at every claim.
+// TestClaimUpdatesByThePrimaryKey.
 func claimStatement(table string) string {
 	return `
 		WITH ready AS (
@@ -422,7 +425,7 @@ func claimStatement(table string) string {
 			state       = CASE WHEN m.attempts < $4 THEN 'pending' ELSE 'dead' END,
 			last_error  = CASE WHEN m.attempts < $4 THEN m.last_error
 			                   ELSE format('claimed %s times without a recorded outcome (the dispatcher died or lost its claim each time); last error: %s', m.attempts, coalesce(m.last_error, 'none')) END
-		FROM ready WHERE m.seq = ready.seq
+		WHERE m.seq = ANY (ARRAY(SELECT seq FROM ready))
 		RETURNING m.seq, m.state, m.id, m.topic, coalesce(m.ordering_key, ''), m.payload, m.headers, m.attempts, m.created_at`
 }
 
@@ -500,8 +503,18 @@ func (d *Dispatcher) publishOne(ctx context.Context, dl Delivery) (err error) {
 // (claimed_by and attempts): a row whose claim was lost (its lease ended and another dispatcher
 // claimed it) is left alone.
 func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
-	var delivered, handBack []*claimed
 	b := &pgx.Batch{}
+	d.queueMarks(b, batch)
+	if err := d.o.db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("outbox: mark %d results (the messages will be delivered again after their lease): %w", len(batch), err)
+	}
+	return nil
+}
+
+// queueMarks queues on b the statements of mark, each counting and logging its outcome when its
+// result is read.
+func (d *Dispatcher) queueMarks(b *pgx.Batch, batch []*claimed) {
+	var delivered, handBack []*claimed
 	for _, c := range batch {
 		switch {
 		case !c.tried || c.interrupted:
@@ -560,10 +573,6 @@ func (d *Dispatcher) mark(ctx context.Context, batch []*claimed) error {
 			return nil
 		})
 	}
-	if err := d.o.db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("outbox: mark %d results (the messages will be delivered again after their lease): %w", len(batch), err)
-	}
-	return nil
 }
 
 // claims returns the sequence numbers, attempt counts and claim identities that fence cs' marks.
@@ -612,34 +621,10 @@ func (d *Dispatcher) backoff(attempt int) time.Duration {
 	return d.cfg.BackoffMin + rand.N(ceiling-d.cfg.BackoffMin)
 }
 
-// maintain prunes delivered messages past retention, batch after batch until a short one, for
-// at most pruneMaxBatches batches and half the Maintenance period (the rest waits for the next
-// round), and refreshes the backlog gauges; it logs rather than returns its errors, which the
-// next round retries.
+// maintain prunes delivered messages past retention (pruneRound) and refreshes the backlog
+// gauges; it logs rather than returns its errors, which the next round retries.
 func (d *Dispatcher) maintain(ctx context.Context) {
-	var pruned int64
-	until := time.Now().Add(d.cfg.Maintenance / 2)
-	for batches := 1; ; batches++ {
-		n, err := d.o.Prune(ctx, PruneBatchDefault)
-		pruned += n
-		d.met.Counter(MetricPruned).Inc(n)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("prune failed; retrying at the next maintenance", "err", err, "pruned", pruned)
-			}
-			break
-		}
-		if n < PruneBatchDefault {
-			if pruned > 0 {
-				d.log.Info("pruned delivered messages past retention", "count", pruned)
-			}
-			break
-		}
-		if batches >= pruneMaxBatches || time.Now().After(until) {
-			d.log.Warn("pruning stopped at its bound for one round; the next rounds go on with the rest", "pruned", pruned, "batches", batches)
-			break
-		}
-	}
+	d.pruneRound(ctx)
 	st, err := d.o.Stats(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -650,4 +635,40 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 	d.met.Gauge(MetricBacklog).Update(float64(st.Pending))
 	d.met.Gauge(MetricOldestAge).Update(st.OldestPending.Seconds())
 	d.met.Gauge(MetricDeadRows).Update(float64(st.Dead))
+}
+
+// pruneRound prunes delivered messages past retention, batch after batch until a short one, for
+// at most pruneRoundBatches batches, and records in d.behind whether more are waiting; it logs
+// rather than returns its errors, which the next round retries.
+func (d *Dispatcher) pruneRound(ctx context.Context) {
+	var pruned int64
+	for batches := 1; batches <= pruneRoundBatches; batches++ {
+		n, ok := d.pruneOnce(ctx)
+		pruned += n
+		if !ok || n < PruneBatchDefault {
+			break
+		}
+	}
+	if pruned > 0 {
+		d.log.Debug("pruned delivered messages past retention", "count", pruned, "more", d.behind.Load())
+	}
+}
+
+// pruneOnce prunes one batch of delivered messages past retention, records in d.behind whether
+// more are waiting (the batch came back full), and returns how many it pruned and whether it
+// succeeded.
+func (d *Dispatcher) pruneOnce(ctx context.Context) (int64, bool) {
+	n, err := d.o.Prune(ctx, PruneBatchDefault)
+	d.met.Counter(MetricPruned).Inc(n)
+	if err != nil {
+		// Pruning waits for the next maintenance: a database that fails it is not asked again
+		// between every batch.
+		d.behind.Store(false)
+		if ctx.Err() == nil {
+			d.log.Warn("prune failed; retrying at the next maintenance", "err", err)
+		}
+		return n, false
+	}
+	d.behind.Store(n == PruneBatchDefault)
+	return n, true
 }

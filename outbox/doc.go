@@ -29,9 +29,12 @@
 // receiver leaves no time for is handed back unpublished, its attempt taken back, and so is the
 // rest of a batch when the dispatcher is stopped (see DispatcherConfig.ShutdownGrace). Any number
 // of dispatchers share an outbox; a message is never published by two of them at once while
-// their leases hold (see Dispatcher). They wake on Put's NOTIFY, through one LISTEN connection
-// per pool outside it, poll as a fallback, and prune delivered messages after the outbox's
-// retention. Messages with an OrderingKey are delivered one at a time per key in commit order; a
+// their leases hold (see Dispatcher). A dispatcher sends each batch's marks with the claim of the
+// next batch, in one round trip and one commit per batch (Dispatcher.Drain), and a claim rewrites
+// its rows in place on their page without touching an index (the table keeps room for it). They
+// wake on Put's NOTIFY, through one LISTEN connection per pool outside it, poll as a fallback, and
+// prune delivered messages after the outbox's retention, between batches while a backlog of them
+// waits. Messages with an OrderingKey are delivered one at a time per key in commit order; a
 // dead one holds its key until it is requeued or discarded.
 //
 // Delivery is at least once: a dispatcher that dies after publishing and before marking

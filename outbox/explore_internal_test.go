@@ -25,9 +25,10 @@ import (
 // histories in which several dispatchers share one outbox of ordered and unordered messages,
 // under leases short enough to end mid-batch, through publishers that answer at once, answer
 // slowly, fail, fail permanently, panic or hang until their timeout; while each dispatcher, round
-// after round, dispatches a batch, is shut down mid-batch (its context cancelled), runs Run for a
-// while and is stopped, crashes between publishing and marking (it claims and publishes through
-// the internals and never marks), or freezes there past its lease and then marks (a process
+// after round, dispatches a batch (DispatchOnce), drains batch after batch with each batch's marks
+// sent with the next claim (Drain), is shut down mid-batch or mid-drain (its context cancelled),
+// runs Run for a while and is stopped, crashes between publishing and marking (it claims and
+// publishes through the internals and never marks), or freezes there past its lease and then marks (a process
 // paused and resumed); and meanwhile its connections are terminated (pg_terminate_backend), dead
 // messages are requeued or discarded, and more messages are put. Then one dispatcher drains the
 // outbox, discarding, as an operator would, the dead messages that hold a key.
@@ -442,17 +443,26 @@ func (x *dispatchExplorer) rounds(ctx context.Context, d *Dispatcher, rng *rand.
 	for time.Now().Before(x.until) {
 		x.abandoned(d.cfg.Name)
 		switch r := rng.IntN(100); {
-		case r < 45:
+		case r < 30:
 			k, err := d.DispatchOnce(ctx)
 			x.logf("%s dispatched %d: %v", d.cfg.Name, k, err)
+			x.failed(d.cfg.Name, err)
+			idle(k)
+		case r < 45:
+			k, err := d.Drain(ctx)
+			x.logf("%s drained %d: %v", d.cfg.Name, k, err)
 			x.failed(d.cfg.Name, err)
 			idle(k)
 		case r < 60:
 			after := time.Duration(rng.Int64N(int64(d.cfg.Lease / 2)))
 			sctx, cancel := context.WithTimeout(ctx, after)
-			k, err := d.DispatchOnce(sctx)
+			once, how := d.DispatchOnce, "dispatch"
+			if r%2 == 0 {
+				once, how = d.Drain, "drain"
+			}
+			k, err := once(sctx)
 			cancel()
-			x.logf("%s shut down %s into a dispatch of %d: %v", d.cfg.Name, after, k, err)
+			x.logf("%s shut down %s into a %s of %d: %v", d.cfg.Name, after, how, k, err)
 			x.failed(d.cfg.Name, err) // cancelled in the claim: its reply may be lost
 			idle(k)
 		case r < 72:
@@ -520,7 +530,7 @@ func (x *dispatchExplorer) unreleasedLocked(id string, attempt int) {
 // paused and resumed): the marks of a claim that ended must change nothing.
 func (x *dispatchExplorer) crash(ctx context.Context, d *Dispatcher, frozen bool) (claimed int) {
 	claimedAt := time.Now()
-	batch, err := d.claim(ctx)
+	batch, err := d.claim(ctx, nil)
 	if err != nil {
 		x.logf("%s crash round: claim: %v", d.cfg.Name, err)
 		x.failed(d.cfg.Name, err)

@@ -63,3 +63,31 @@ func TestUndeliveredAreFoundByTheIndex(t *testing.T) {
 		require.Contains(t, got, "outbox_undelivered_idx", "%s does not find messages by the undelivered index:\n%s", name, got)
 	}
 }
+
+// The claim's UPDATE finds the rows its CTE chose by their primary key, one probe each, on a
+// table with statistics too: written as a join with the CTE, it was planned as a hash join over
+// the whole primary key index (every message kept, delivered ones included) at every claim of an
+// analyzed outbox of a few thousand messages.
+func TestClaimUpdatesByThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := pgtest.Schema(t)
+	require.NoError(t, migrate.Up(ctx, pgtest.Pool(t), name))
+	table := pgx.Identifier{name, "outbox"}.Sanitize()
+	_, err := pgtest.Pool(t).Exec(ctx, `INSERT INTO `+table+` (id, topic, payload, digest, state, delivered_at)
+		SELECT 'delivered-' || g, 'orders', '\x00', '\x00', 'delivered', now() FROM generate_series(1, 3000) AS g;
+		INSERT INTO `+table+` (id, topic, payload, digest)
+		SELECT 'pending-' || g, 'orders', '\x00', '\x00' FROM generate_series(1, 3000) AS g;
+		ANALYZE `+table)
+	require.NoError(t, err)
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+	b := claimBatch(table, nil, 100, time.Minute, 10, "plan-test")
+	_, err = tx.Exec(ctx, b.QueuedQueries[0].SQL)
+	require.NoError(t, err)
+	claim := b.QueuedQueries[1]
+	got := pgtest.Explain(t, tx, claim.SQL, claim.Arguments...)
+	require.NotContains(t, got, "Hash Join", "the claim joins its chosen rows by hashing the table:\n%s", got)
+	require.Regexp(t, `Index Scan using outbox_pkey on outbox m[^\n]*\n\s+Index Cond: \(seq = ANY`, got, "the claim does not update its rows by the primary key:\n%s", got)
+}

@@ -1,0 +1,16 @@
+-- Room on every page of the outbox for the claim's new row versions (DESIGN.md, "Messages").
+-- {{schema}} is replaced by the quoted schema name.
+--
+-- A claim changes only attempts, lease_until and claimed_by (state and last_error are written
+-- with the values they have), none of which an index covers, even in a partial index's
+-- predicate: its update is HOT-eligible, and stays on the page, touching no index, when the page
+-- has room for the new version. A claim takes a run of consecutive messages, which fill whole
+-- pages, and each new version is larger than the row Put wrote (lease_until and claimed_by were
+-- NULL): at the default fillfactor (100) about one claim in ten was heap-only, the rest each
+-- adding an entry to the primary key, the unique ID and the undelivered index. At 40 a page
+-- keeps free more than it holds, so that every message on it can be claimed in one statement
+-- without leaving it. The price is that new rows take two and a half times the pages; the marks'
+-- versions fill the room the claims leave once Postgres prunes the claims' old versions, and
+-- delivered messages are pruned after the retention. Pages written before this migration are not
+-- rewritten: they get the room once emptied and filled again. TestClaimsAreHeapOnlyTupleUpdates.
+ALTER TABLE {{schema}}.outbox SET (fillfactor = 40);
