@@ -145,12 +145,9 @@ func (b *Batch) Item(ctx context.Context, i int, fn PayloadFunc) (p *commonpb.Pa
 			return nil, false, it.authErr
 		}
 		c.authorized = true
-		if h := it.held; h != nil && (!h.fresh() || ctx.Err() != nil) {
-			// It waited too long for its turn: what the chunk wrote or found may be out of date.
-			if h.receipt.inserted {
-				b.releaseHeld(ctx, i, h)
-			}
-			it.held = nil // reserve (or read) it again
+		if h := it.held; h != nil && h.receipt.inserted && (!h.fresh() || ctx.Err() != nil) {
+			b.releaseHeld(ctx, i, h) // it waited too long for its turn: reserve it again
+			it.held = nil
 		}
 		c.held = it.held
 	}

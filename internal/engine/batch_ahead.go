@@ -25,8 +25,7 @@ import (
 //
 // A reservation is used only while its lease has more than two thirds left (the leeway a
 // running item has between the extensions of its heartbeats); an item whose reservation waited
-// longer releases it and reserves again, and a receipt a chunk found is read again after as
-// long. Chunks start at twice the concurrency and double while
+// longer releases it and reserves again. Chunks start at twice the concurrency and double while
 // a chunk's items all start within a sixth of their lease, and halve when they do not, so that
 // slow items are not reserved long before they run.
 type ahead struct {
