@@ -26,13 +26,15 @@ type aheadBatch struct {
 	call        func(ctx context.Context, b *Batch, i int)
 	before      func(b *Batch)
 
-	mu    sync.Mutex
-	calls map[int]int
+	mu       sync.Mutex
+	calls    map[int]int
+	errs     map[int]error // the items' errors, when wantErrs; else an error fails the test
+	wantErrs bool
 }
 
 func (a *aheadBatch) run(t *testing.T, ctx context.Context, batchID string) {
 	t.Helper()
-	a.calls = map[int]int{}
+	a.calls, a.errs = map[int]int{}, map[int]error{}
 	c := Call{Key: keys.Key{Namespace: "ahead", Operation: "PayOut", ID: batchID}, Request: batchID,
 		DownstreamDeduplicates: true, DownstreamKeyMemory: math.MaxInt64}
 	_, err := doTyped(ctx, a.s, c, func(ctx context.Context) (int, error) {
@@ -56,8 +58,13 @@ func (a *aheadBatch) run(t *testing.T, ctx context.Context, batchID string) {
 				}
 				return a.s.Encode(b.ItemKey(i), "ok")
 			})
-			require.NoError(t, err, "item %d", i)
-			return true, false
+			if !a.wantErrs {
+				require.NoError(t, err, "item %d", i)
+			}
+			a.mu.Lock()
+			a.errs[i] = err
+			a.mu.Unlock()
+			return err == nil, false
 		})
 		return 0, nil
 	})
@@ -140,4 +147,26 @@ func TestForEachReleasesItemsReservedAheadThatNeverRan(t *testing.T) {
 		Scan(&held, &effectPossible))
 	require.False(t, held, "an item reserved ahead that never ran still holds its lease")
 	require.False(t, effectPossible, "an item reserved ahead that never ran says an effect may have happened")
+}
+
+// An item reserved ahead whose turn comes after the activity's context ended calls nothing, and
+// releases its reservation saying so, as an item reserved in its turn would.
+func TestForEachItemReservedAheadAfterCancelCallsNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := reserveStore(t, Config{})
+	var itemID string
+	a := &aheadBatch{s: s, n: 2, dedup: true, concurrency: 1, wantErrs: true}
+	a.call = func(_ context.Context, b *Batch, i int) {
+		itemID = b.ItemKey(1).ID
+		cancel()
+	}
+	a.run(t, ctx, "cancelled")
+	require.Zero(t, a.calls[1], "an item reserved ahead was called after the context ended")
+	require.ErrorIs(t, a.errs[1], context.Canceled)
+	var held, effectPossible bool
+	require.NoError(t, s.db.QueryRow(context.Background(), "SELECT lease_expires_at > now(), effect_possible FROM "+s.table()+" WHERE id = $1", itemID).
+		Scan(&held, &effectPossible))
+	require.False(t, held, "the item's reservation still holds its lease")
+	require.False(t, effectPossible, "the item's reservation says an effect may have happened")
 }
