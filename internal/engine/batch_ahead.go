@@ -70,7 +70,7 @@ func (b *Batch) takeAhead(ctx context.Context, i int) (aheadItem, bool) {
 		for p, j := range b.run {
 			a.pos[j] = p
 		}
-		a.size = 2 * b.concurrency
+		a.size = 2 * max(b.concurrency, 1) // at least one item a chunk, or this loop would not end
 	}
 	for a.pos[i] >= a.next && a.next < len(b.run) {
 		b.reserveChunk(ctx)
@@ -88,7 +88,7 @@ func (b *Batch) reserveChunk(ctx context.Context) {
 		if time.Since(a.last) < a.lease/6 {
 			a.size = min(2*a.size, maxBatch)
 		} else {
-			a.size = max(a.size/2, b.concurrency)
+			a.size = max(a.size/2, b.concurrency, 1)
 		}
 	}
 	var (
