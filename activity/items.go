@@ -101,9 +101,12 @@ type Progress = engine.Progress
 //
 //   - its first statement reads the receipts of every item at once; settled items replay
 //     without calling fn and without another round trip;
-//   - the others run: 2 round trips each (reserve, complete), completions of items that run
-//     together (Items.Concurrency) sharing commits, and an item whose earlier attempt may have
-//     had its effect is taken over with the same token, or reconciled.
+//   - the others run, each reserved, called and completed under its own receipt. With
+//     Options.DownstreamDeduplicates their reservations are written ahead, a chunk of items per
+//     statement, so that an item's own round trip is its completion; otherwise each is
+//     reserved as it runs (2 round trips). Completions of items that run together
+//     (Items.Concurrency) share commits, and an item whose earlier attempt may have had its
+//     effect is taken over with the same token, or reconciled.
 //
 // It returns one result per item, in the order given, and a *BatchUnfinishedError
 // when some item is not settled (a retryable error of type ErrTypeBatchUnfinished, which is how

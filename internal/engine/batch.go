@@ -26,6 +26,10 @@ type Batch struct {
 	first   map[string]int
 	run     []int
 	settled map[string]*receipt
+	// concurrency is Run's; ahead reserves the items that run in chunks (batch_ahead.go).
+	concurrency int
+	aheadMu     sync.Mutex
+	ahead       ahead
 }
 
 // Batch starts the pass named operation (Items.Operation) of the batch the activity in ctx runs,
@@ -100,7 +104,9 @@ func (b *Batch) Run(ctx context.Context, concurrency int, each func(ctx context.
 		mu       sync.Mutex
 		progress = Progress{Total: len(b.run)}
 	)
-	parallel(b.run, cmp.Or(max(concurrency, 0), 1), func(i int) {
+	b.concurrency = cmp.Or(max(concurrency, 0), 1)
+	defer b.releaseAhead(ctx)
+	parallel(b.run, b.concurrency, func(i int) {
 		settled, failed := each(ctx, i)
 		mu.Lock()
 		if settled {
@@ -133,6 +139,17 @@ func (b *Batch) Item(ctx context.Context, i int, fn PayloadFunc) (p *commonpb.Pa
 		obs.count(telemetry.ReceiptReplayed)
 		p, err := s.replay(c.Key, *r)
 		return p, false, err
+	}
+	if it, ok := b.takeAhead(ctx, i); ok {
+		if it.authErr != nil {
+			return nil, false, it.authErr
+		}
+		c.authorized = true
+		if h := it.held; h != nil && h.receipt.inserted && (!h.fresh() || ctx.Err() != nil) {
+			b.releaseHeld(ctx, i, h) // it waited too long for its turn: reserve it again
+			it.held = nil
+		}
+		c.held = it.held
 	}
 	p, err = s.Do(ctx, c, func(ctx context.Context) (*commonpb.Payload, error) {
 		called = true

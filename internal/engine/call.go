@@ -74,6 +74,12 @@ type Call struct {
 	// readUnfinished says that the caller has just read the receipt and found none finished
 	// (ForEach's items), so that no lookup goes before the reservation.
 	readUnfinished bool
+	// authorized says that the caller asked the authorization hook already (ForEach, before the
+	// statement that reserved the item's chunk), so that Do does not ask it twice.
+	authorized bool
+	// held is what the statement of a ForEach chunk wrote or found for this item (Batch.Item):
+	// Do goes on from there instead of reserving.
+	held *held
 }
 
 // Defaults of the downstream's properties in Call and Options (Options.WithDefaults), and of a

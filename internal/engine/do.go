@@ -25,8 +25,10 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 	}
 	// Before the first receipt statement: a refused first run reserves nothing, and a refused
 	// replay is handed nothing and changes nothing.
-	if err := s.authorize(ctx, c); err != nil {
-		return nil, err
+	if !c.authorized {
+		if err := s.authorize(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	// The reserve span ends where the attempt goes on to run or replay, or fails.
 	_, reserving := s.startSpan(ctx, telemetry.SpanReserve, c.Key)
@@ -38,23 +40,31 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 	c.origin = originOf(ctx)
 
 	res := newReservation()
-	var r receipt
-	retry := replayLikely(ctx, c)
-	if retry {
-		// A retry: a finished receipt is likely, and the plain lookup answers it alone. No receipt
-		// (or a failed read) goes on to reserve, which tells again.
-		r, err = s.readPlain(ctx, k)
-	}
-	if !retry || err != nil {
-		r, err = s.reserve(ctx, c, res, lease)
-	}
-	if err != nil {
-		return nil, &StoreError{Op: "reserve", Key: k, Err: err}
+	var (
+		r          receipt
+		reservedAt time.Time
+	)
+	if h := c.held; h != nil {
+		// The statement of the item's chunk wrote this reservation, or found this receipt.
+		res, r, reservedAt = h.reservation, h.receipt, h.sent
+	} else {
+		retry := replayLikely(ctx, c)
+		if retry {
+			// A retry: a finished receipt is likely, and the plain lookup answers it alone. No
+			// receipt (or a failed read) goes on to reserve, which tells again.
+			r, err = s.readPlain(ctx, k)
+		}
+		if !retry || err != nil {
+			r, err = s.reserve(ctx, c, res, lease)
+		}
+		if err != nil {
+			return nil, &StoreError{Op: "reserve", Key: k, Err: err}
+		}
 	}
 	if r.inserted {
 		obs.count(telemetry.ReceiptReserved)
 		reserving.end(nil)
-		return s.run(ctx, &attempt{call: c, reservation: res, obs: obs}, fn)
+		return s.run(ctx, &attempt{call: c, reservation: res, obs: obs, reservedAt: reservedAt}, fn)
 	}
 
 	// At most a few rounds: each round either answers, or lost a takeover race to an attempt
@@ -156,6 +166,9 @@ type attempt struct {
 	// lastEnded is when the lease of the attempt before this one ended (for a takeover): the
 	// settle time counts from there.
 	lastEnded time.Time
+	// reservedAt is when the statement that wrote the reservation was sent, for a reservation
+	// written ahead of the call (a ForEach chunk's): its lease counts from then. Zero means now.
+	reservedAt time.Time
 }
 
 // unsafeToSend says why calling the downstream again under the token would not be safe after an

@@ -25,7 +25,11 @@ func (s *Store) run(ctx context.Context, a *attempt, fn PayloadFunc) (*commonpb.
 	// go on calling the downstream beside the attempt that took over.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: time.Now(), cancel: cancel}
+	start := time.Now()
+	if !a.reservedAt.IsZero() {
+		start = a.reservedAt
+	}
+	lease := &leaseHolder{store: s, key: k, reservation: a.reservation, lastExtend: start, cancel: cancel}
 	lease.ends.Store(lease.lastExtend.Add(s.leaseFor(ctx, a.call)).UnixNano())
 	if items := itemLeasesFrom(ctx); items != nil {
 		defer items.hold(lease)() // an item of a ForEach batch: heartbeats extend its lease too
