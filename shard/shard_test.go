@@ -204,3 +204,25 @@ func (l lines) await(t *testing.T, want string) string {
 	t.Fatalf("the log ended without %q:\n%s", want, read.String())
 	return ""
 }
+
+// TestMoveWaitsOutTheRoutersAnswers: after its fence, a move waits MaxStale before it copies, so
+// that no Router still uses a route it read before the fence; stopped meanwhile, it leaves the
+// tenant fenced and nothing copied.
+func TestMoveWaitsOutTheRoutersAnswers(t *testing.T) {
+	s := twoShards(t)
+	r := s.router(t, time.Nanosecond)
+	var effects atomic.Int64
+	_, err := charge(context.Background(), r, "acme", "order-1", &effects, nil)
+	require.NoError(t, err)
+
+	m := s.move("acme", "b", io.Discard)
+	m.MaxStale = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Run(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, 0, s.receipts(t, "b", "acme"), "nothing is copied before the wait ends")
+	_, err = charge(context.Background(), r, "acme", "order-1", &effects, nil)
+	var moving *shard.MovingError
+	require.ErrorAs(t, err, &moving)
+}
