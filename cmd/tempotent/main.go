@@ -66,6 +66,7 @@ func (a *app) commands() []command {
 		{"webhooks", "count the deliveries each webhook intake accepted, or list one's (--source)", a.webhooks},
 		{"audit", "the audit log, newest first: who did what, to which receipt or message, and why", a.audit},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
+		{"shard init", "create the directory of shards (tenant → shard) with its --default shard", a.shardInit},
 		{"shard list", "the directory of shards: the default, and the tenants on others or moving", a.shardList},
 		{"shard move", "move a tenant to another shard: fence, drain, copy its receipts, switch; restartable", a.shardMove},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
@@ -98,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "outbox":
 		fmt.Fprintf(stderr, "tempotent outbox: give list, show, requeue or discard\n\n")
 	case "shard":
-		fmt.Fprintf(stderr, "tempotent shard: give list or move\n\n")
+		fmt.Fprintf(stderr, "tempotent shard: give init, list or move\n\n")
 	default:
 		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
 	}

@@ -81,6 +81,27 @@ give each shard's receipts database with --shard NAME=URL (the tenant's shard an
 	})
 }
 
+func (a *app) shardInit(ctx context.Context, args []string) error {
+	f := a.shardFlags("shard init", "", `Creates the directory of shards in the --database-url database, if it is missing, recording
+--default as the shard of every tenant it does not name (what shard.Router.Migrate does). It is
+safe to run again; a directory whose default is another shard is refused.`)
+	var def string
+	f.StringVar(&def, "default", "", "the default shard's name (required)")
+	check := func() error {
+		if def == "" {
+			return usagef("give --default: the shard of the tenants the directory does not name")
+		}
+		return nil
+	}
+	return f.withShards(ctx, args, check, func(dir *pgxpool.Pool, _ map[string]*pgxpool.Pool) error {
+		if err := shard.Migrate(ctx, dir, f.directorySchema, def); err != nil {
+			return &refusedError{err}
+		}
+		fmt.Fprintf(a.stdout, "directory in schema %s: default shard %s\n", safe(f.directorySchema), safe(def))
+		return nil
+	})
+}
+
 func (a *app) shardList(ctx context.Context, args []string) error {
 	f := a.shardFlags("shard list", "", "Prints the directory: the default shard, and the tenants it puts elsewhere or is moving.\n--database-url is the directory's database.")
 	return f.withShards(ctx, args, nil, func(dir *pgxpool.Pool, _ map[string]*pgxpool.Pool) error {

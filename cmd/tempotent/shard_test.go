@@ -136,3 +136,19 @@ func awaitLine(t *testing.T, r interface{ Read([]byte) (int, error) }, want stri
 	}
 	t.Fatalf("the command ended without %q: %v (%v)", want, read, errors.Join(sc.Err()))
 }
+
+// TestShardInitKeepsTheDefault: the directory's default shard, once recorded, is not changed by
+// another init (that would move every tenant on it at once, undrained).
+func TestShardInitKeepsTheDefault(t *testing.T) {
+	schema := pgtest.Schema(t)
+	c := cli{t: t, schema: "tempotent"}
+	out := c.ok("shard", "init", "--directory-schema", schema, "--default", "eu-1")
+	require.Equal(t, "directory in schema "+schema+": default shard eu-1\n", out)
+	c.ok("shard", "init", "--directory-schema", schema, "--default", "eu-1")
+	code, _, errOut := c.run("shard", "init", "--directory-schema", schema, "--default", "eu-2")
+	require.Equal(t, exitRefused, code)
+	require.Contains(t, errOut, `the directory's default shard is "eu-1", not "eu-2"`)
+	code, _, errOut = c.run("shard", "init", "--directory-schema", schema)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "give --default")
+}
