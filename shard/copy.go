@@ -16,7 +16,8 @@ import (
 // deletes what dst held of the tenant (receipts left there by an earlier move away, or by a copy
 // this one did before a crash), so that dst ends as src's copy. It streams them with COPY: from
 // a temporary table on src (COPY's query takes no parameters, so the tenant is bound in an
-// INSERT there) to one on dst. Both shards' receipts tables must have the same columns.
+// INSERT there) to one on dst. Both shards' receipts tables must have the same columns, but for
+// the partition column (commonColumns).
 func (m Move) copy(ctx context.Context, src, dst *pgxpool.Pool, from string) (int64, error) {
 	q := pgx.Identifier{m.ReceiptsSchema}.Sanitize()
 	cols, err := receiptColumns(ctx, src, m.ReceiptsSchema)
@@ -27,8 +28,9 @@ func (m Move) copy(ctx context.Context, src, dst *pgxpool.Pool, from string) (in
 	if err != nil {
 		return 0, fmt.Errorf("shard %q: %w", m.To, err)
 	}
-	if !slices.Equal(sorted(cols), sorted(dstCols)) {
-		return 0, fmt.Errorf("the receipts tables of shards %q and %q have different columns; migrate both to the same version (tempotent migrate) and move again", from, m.To)
+	cols, err = commonColumns(cols, dstCols)
+	if err != nil {
+		return 0, fmt.Errorf("shards %q and %q: %w", from, m.To, err)
 	}
 	list := columnList(cols)
 
@@ -129,4 +131,32 @@ func columnList(cols []string) string {
 	return strings.Join(q, ", ")
 }
 
-func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
+// partitionColumn is the column a partitioned receipts table has and a plain one lacks
+// (operator.Client.Partition). It is never copied: a receipt copied into a partitioned table
+// lands in today's partition (its day's may not exist there), and so is kept longer, never
+// shorter; its expires_at, which purge reads, is copied.
+const partitionColumn = "bucket"
+
+// commonColumns returns the columns of src that dst has too, in src's order, and refuses any
+// difference but the partition column: tables migrated to different versions.
+func commonColumns(src, dst []string) ([]string, error) {
+	var common, differ []string
+	for _, c := range src {
+		switch {
+		case c == partitionColumn:
+		case slices.Contains(dst, c):
+			common = append(common, c)
+		default:
+			differ = append(differ, c)
+		}
+	}
+	for _, c := range dst {
+		if !slices.Contains(src, c) && c != partitionColumn {
+			differ = append(differ, c)
+		}
+	}
+	if len(differ) > 0 {
+		return nil, fmt.Errorf("their receipts tables differ in %v; migrate both to the same version (tempotent migrate) and move again", differ)
+	}
+	return common, nil
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
 	"github.com/tempotent/tempotent/keys"
+	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/shard"
 )
 
@@ -225,4 +226,38 @@ func TestMoveWaitsOutTheRoutersAnswers(t *testing.T) {
 	_, err = charge(context.Background(), r, "acme", "order-1", &effects, nil)
 	var moving *shard.MovingError
 	require.ErrorAs(t, err, &moving)
+}
+
+// TestMoveBetweenPartitionedAndPlain: a shard whose receipts are partitioned by day has a
+// column the other lacks; the tenant moves there and back, and its retry replays each time.
+func TestMoveBetweenPartitionedAndPlain(t *testing.T) {
+	ctx := context.Background()
+	s := twoShards(t)
+	op, err := operator.NewClient(s.pools["a"], operator.Config{})
+	require.NoError(t, err)
+	require.NoError(t, op.Partition(ctx))
+	r := s.router(t, time.Nanosecond)
+	var effects atomic.Int64
+	first, err := charge(ctx, r, "acme", "order-1", &effects, nil)
+	require.NoError(t, err)
+	for _, to := range []string{"b", "a"} {
+		_, err := s.move("acme", to, io.Discard).Run(ctx)
+		require.NoError(t, err)
+		again, err := charge(ctx, r, "acme", "order-1", &effects, nil)
+		require.NoError(t, err)
+		require.Equal(t, first, again, "on %s", to)
+	}
+	require.Equal(t, int64(1), effects.Load())
+}
+
+// TestMoveRefusesShardsOfDifferentVersions: receipts copied between tables of different columns
+// would lose what one records; the move stops before copying, the tenant still fenced.
+func TestMoveRefusesShardsOfDifferentVersions(t *testing.T) {
+	ctx := context.Background()
+	s := twoShards(t)
+	s.router(t, 0)
+	_, err := s.pools["b"].Exec(ctx, "ALTER TABLE tempotent.receipts ADD COLUMN later text")
+	require.NoError(t, err)
+	_, err = s.move("acme", "b", io.Discard).Run(ctx)
+	require.ErrorContains(t, err, "their receipts tables differ in [later]; migrate both to the same version")
 }
