@@ -30,7 +30,7 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per figure; each figure is the median of its rounds")
 	blockTime := flag.Duration("block", 100*time.Millisecond, "length of one measured block")
 	e2eBlock := flag.Duration("e2e-block", 400*time.Millisecond, "length of one block of workflows")
-	only := flag.String("rows", "1,2,3,4,5,6,7,8,9,10", "the table's rows to measure (1–3 go together; 11, make bench-scale, only when asked)")
+	only := flag.String("rows", "1,2,3,4,5,6,7,8,9,10,12", "the table's rows to measure (1–3 go together; 11, make bench-scale, only when asked)")
 	scaleN := flag.Int("scale-rows", 10_000_000, "receipts written for row 11")
 	outboxN := flag.Int("outbox-messages", 3000, "messages put before each timed drain of row 8")
 	outboxRounds := flag.Int("outbox-rounds", 5, "rounds of row 8's drains; each drain figure is the median of its rounds")
@@ -100,6 +100,12 @@ func main() {
 		progress("end to end on the Temporal dev server")
 		setBlock(*e2eBlock)
 		endToEnd(ctx, t, *rounds, url, *cli, d)
+	}
+
+	if want("12") {
+		progress("receipts across two shards (two clusters of their own)")
+		setBlock(*blockTime)
+		shardRows(ctx, t, *rounds)
 	}
 
 	if want("11") {

@@ -66,6 +66,9 @@ func (a *app) commands() []command {
 		{"webhooks", "count each webhook source's deliveries accepted, duplicate, refused and failed, or list one's (--source)", a.webhooks},
 		{"audit", "the audit log, newest first: who did what, to which receipt or message, and why", a.audit},
 		{"stats", "count receipts by operation and state; the oldest unresolved", a.stats},
+		{"shard init", "create the directory of shards (tenant → shard) with its --default shard", a.shardInit},
+		{"shard list", "the directory of shards: the default, and the tenants on others or moving", a.shardList},
+		{"shard move", "move a tenant to another shard: fence, drain, copy its receipts, switch; restartable", a.shardMove},
 		{"migrate", "apply the migrations, or --print their SQL", a.migrate},
 		{"ui", "serve the web console (127.0.0.1:8080): receipts, outbox, audit; act with a reason", a.ui},
 		{"doctor", "check schema version, indexes, clock skew, retention against key memory", a.doctor},
@@ -95,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintf(stderr, "tempotent receipts: give list, show, resolve, rearm or partition\n\n")
 	case "outbox":
 		fmt.Fprintf(stderr, "tempotent outbox: give list, show, requeue or discard\n\n")
+	case "shard":
+		fmt.Fprintf(stderr, "tempotent shard: give init, list or move\n\n")
 	default:
 		fmt.Fprintf(stderr, "tempotent: unknown command %q\n\n", strings.Join(args, " "))
 	}

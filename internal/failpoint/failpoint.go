@@ -28,6 +28,8 @@ const (
 	InCompensation  = "sample.in-compensation"    // a compensation's downstream call returned
 	AfterPublish    = "outbox.after-publish"      // a batch is published; its results are not marked
 	AfterConsume    = "sample.after-consume"      // the notifier committed a message; it has not answered
+	AfterFence      = "shard.after-fence"         // a move fenced its tenant; nothing is copied yet
+	AfterCopy       = "shard.after-copy"          // a move copied its tenant's receipts; it has not switched
 )
 
 // EnvVar names the failpoints to arm. It is read only by builds with the tag
