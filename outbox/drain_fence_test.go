@@ -179,3 +179,71 @@ func staleDrainMark(t *testing.T, answer error, requeued bool) {
 	require.True(t, state == "delivered" && strings.HasPrefix(claimedBy, "B#") && attempts == dB.Attempt,
 		"B's claim did not deliver the message: %s, claimed by %q at %d", state, claimedBy, attempts)
 }
+
+// liveness bounds how long a test waits for a call that must give up on its own. It is not a
+// performance threshold: when it passes, the call waited for what it should have given up on.
+const liveness = 30 * time.Second
+
+// Drain's round trip that carries a batch's marks with the next claim gives up when that batch's
+// lease ends, rather than wait for a table held locked (DDL, a LOCK TABLE): past the lease the
+// marks would meet whatever claim followed. It returns an error that says so, the statement
+// waiting in the database is cancelled there (pgx sends a cancel request as it closes the
+// connection) while the lock is still held, and nothing is marked or claimed, even once the lock
+// is released. Without the deadline, Drain waits for the lock.
+func TestDrainsRoundTripEndsWithTheMarkedBatchsLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, name := setup(t, &outbox.Config{NoNotify: true})
+	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t"}, outbox.Message{ID: "m2", Topic: "t"})
+	app := "drainlease-" + name
+	oA, err := outbox.New(tracedPool(t, &pgtest.Counter{}, app), &outbox.Config{Schema: name, NoNotify: true})
+	require.NoError(t, err)
+	published, answer := make(chan string, 2), make(chan struct{})
+	d := newDispatcher(t, oA, outbox.PublisherFunc(func(_ context.Context, d outbox.Delivery) error {
+		published <- d.ID
+		<-answer
+		return nil
+	}), outbox.DispatcherConfig{Name: "A", Batch: 1, Lease: 2 * time.Second, PublishTimeout: 200 * time.Millisecond, Maintenance: -1})
+	// backends counts A's backends, or those of them waiting for the table's lock.
+	backends := func(waiting bool) int {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1
+			AND (NOT $3 OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.relation = $2::regclass))`,
+			app, name+".outbox", waiting).Scan(&n))
+		return n
+	}
+
+	done := make(chan error, 1)
+	go func() { _, err := d.Drain(ctx); done <- err }()
+	require.Equal(t, "m1", <-published)
+	lock, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	_, err = lock.Exec(ctx, "LOCK TABLE "+name+".outbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	close(answer) // m1 delivered: its mark goes with the claim of the next batch, into the lock
+	// The round trip reaches the database and waits for the lock: the deadline, when it comes,
+	// cuts short a round trip in flight, not one never sent.
+	require.Eventually(t, func() bool { return backends(true) == 1 }, liveness, 5*time.Millisecond,
+		"Drain's round trip never waited for the table's lock")
+	select {
+	case err = <-done:
+	case <-time.After(liveness):
+		require.NoError(t, lock.Rollback(ctx))
+		<-done
+		t.Fatalf("Drain waited for the locked table past the marked batch's lease end")
+	}
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Drain did not give up at the marked batch's lease end")
+	require.ErrorContains(t, err, "mark 1 results and claim the next batch")
+
+	// Cancelled in the database too, the lock still held: its transaction cannot commit later.
+	require.Eventually(t, func() bool { return backends(false) == 0 }, liveness, 5*time.Millisecond,
+		"the round trip Drain gave up on still runs in the database")
+	require.NoError(t, lock.Rollback(ctx))
+	var claimedBy string
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT claimed_by FROM "+name+".outbox WHERE id = 'm1'").Scan(&claimedBy))
+	require.True(t, strings.HasPrefix(claimedBy, "A#"), "m1 is claimed by %q", claimedBy)
+	require.Equal(t, row{State: "pending", Attempts: 1}, rowOf(t, name, "m1"), "m1 was marked after its lease")
+	require.Equal(t, row{State: "pending"}, rowOf(t, name, "m2"), "m2 was claimed by the round trip Drain gave up on")
+	require.Empty(t, published)
+}
