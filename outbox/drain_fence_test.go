@@ -93,6 +93,8 @@ func TestDrainsStaleMarkCannotTakeTheClaimThatFollowed(t *testing.T) {
 	}
 }
 
+// staleDrainMark runs one case of TestDrainsStaleMarkCannotTakeTheClaimThatFollowed: A's receiver
+// answers answer (nil: delivered); requeued: B claims after a requeue, at A's attempt again.
 func staleDrainMark(t *testing.T, answer error, requeued bool) {
 	ctx := context.Background()
 	o, name := setup(t, &outbox.Config{NoNotify: true})
