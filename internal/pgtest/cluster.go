@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -64,22 +63,9 @@ func NewCluster(ctx context.Context, dir string, settings ...string) (*Server, e
 	if err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("postgres cluster: running as root needs the postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, fmt.Errorf("postgres cluster: %w", err)
-		}
-	}
-	as := func(cmd *exec.Cmd) *exec.Cmd {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		return cmd
+	as, err := asServerUser(dir)
+	if err != nil {
+		return nil, err
 	}
 	data := filepath.Join(dir, "data")
 	initdb := as(exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync"))
