@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/migrate"
 	"github.com/tempotent/tempotent/operator"
 )
 
@@ -86,7 +86,7 @@ func TestRecordMaintenanceRunRefuses(t *testing.T) {
 	bare, err := operator.NewClient(pgtest.Pool(t), operator.Config{Schema: pgtest.Schema(t)})
 	require.NoError(t, err)
 	_, err = bare.MaintenanceRuns(ctx)
-	require.ErrorIs(t, err, activity.ErrNotMigrated)
+	require.ErrorIs(t, err, migrate.ErrNotMigrated)
 }
 
 // Diagnose's purge check: nothing recorded is ok; the last run's success is ok and says what it
