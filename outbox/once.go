@@ -32,16 +32,10 @@ type Once struct {
 	Stored   []byte
 }
 
-// Batcher is what PutOnce sends its batch on: a *pgxpool.Pool or a *pgx.Conn, on which the batch
-// is a transaction of its own, or a pgx.Tx, in which it is part of the caller's transaction.
-type Batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // PutOnce writes rec, the record of m.ID, and puts m, in one statement sent in one round trip,
 // unless the record is there already: then it writes nothing and reports the digest the record
-// holds, for the caller to tell a redelivery (the same digest) from a reused ID. On db, a pool
-// or a connection, the statement is a transaction of its own (pgx's batch is one implicit
+// holds, for the caller to tell a redelivery (the same digest) from a reused ID. On a pool or a
+// connection, the batch is a transaction of its own (pgx sends a batch as one implicit
 // transaction), committed before PutOnce returns: the record and the message are both stored,
 // or neither. webhook.Handler takes its deliveries with it.
 //
@@ -57,8 +51,11 @@ type Batcher interface {
 //     INSERT (not by another PutOnce of the record, which waits on the record) fails the
 //     statement with a unique violation: nothing is written, and the next call sees it.
 //
-// Within a caller's transaction, any error leaves that transaction aborted.
-func (o *Outbox) PutOnce(ctx context.Context, db Batcher, rec InboxRecord, m Message) (Once, error) {
+// db is a *pgxpool.Pool or a *pgx.Conn, or a pgx.Tx: then the batch is part of the caller's
+// transaction, and any error leaves that transaction aborted.
+func (o *Outbox) PutOnce(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, rec InboxRecord, m Message) (Once, error) {
 	if err := o.complete(ctx, &m); err != nil {
 		return Once{}, err
 	}

@@ -221,3 +221,14 @@ func TestPutOnceLockTimeout(t *testing.T) {
 		return nil
 	}))
 }
+
+// A record needs its consumer: without one, PutOnce refuses before sending anything.
+func TestPutOnceRefusesARecordWithoutConsumer(t *testing.T) {
+	t.Parallel()
+	o, pool, counter, _ := onceSetup(t, outbox.Config{})
+	counter.Reset()
+	_, err := o.PutOnce(context.Background(), pool, outbox.InboxRecord{}, outbox.Message{ID: "m1", Topic: "t"})
+	require.ErrorIs(t, err, outbox.ErrInvalidMessage)
+	require.ErrorContains(t, err, "InboxRecord.Consumer is empty")
+	require.Zero(t, counter.RoundTrips())
+}
