@@ -79,17 +79,13 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 		!o.cfg.NoNotify, notifyChannel, o.cfg.Schema).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&once.Recorded, &mismatch)
 	})
-	b.Queue("SELECT set_config('lock_timeout', current_setting('tempotent.inbox_saved_lock_timeout'), true)")
-	// A statement of its own, so that its snapshot sees a record that a concurrent call
-	// committed while the INSERT above waited for it.
-	b.Queue("SELECT digest FROM "+o.inbox()+" WHERE consumer = $1 AND message_id = $2", rec.Consumer, m.ID).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			once.Known = true
-			if err := rows.Scan(&once.Stored); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+	// The lock_timeout is put back, and the record read, by a statement of its own, so that
+	// its snapshot sees a record that a concurrent call committed while the INSERT above
+	// waited for it.
+	b.Queue(`SELECT set_config('lock_timeout', current_setting('tempotent.inbox_saved_lock_timeout'), true), r.consumer IS NOT NULL, r.digest
+		FROM (SELECT) one LEFT JOIN `+o.inbox()+` r ON r.consumer = $1 AND r.message_id = $2`, rec.Consumer, m.ID).QueryRow(func(row pgx.Row) error {
+		var restored string
+		return row.Scan(&restored, &once.Known, &once.Stored)
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return Once{}, fmt.Errorf("outbox: put %s once for %s: %w", m.ID, rec.Consumer, schema.Explain(err, o.cfg.Schema))
