@@ -108,9 +108,9 @@ type HandlerConfig struct {
 }
 
 // Handler is the http.Handler of a webhook endpoint. For each delivery it reads the exact body
-// (up to MaxBodyBytes), verifies its signature, and then, in one transaction, records its
-// delivery ID for the tenant and source (an inbox) and puts it in the outbox for a dispatcher to
-// hand on (typically an outbox.TemporalPublisher, so that the event reaches a workflow through
+// (up to MaxBodyBytes), verifies its signature, and then, in one transaction (one statement,
+// sent in one round trip: outbox.Outbox.PutOnce), records its delivery ID for the tenant and
+// source (an inbox) and puts it in the outbox for a dispatcher to hand on (typically an outbox.TemporalPublisher, so that the event reaches a workflow through
 // Temporal's own deduplication). Only after that commit does it answer 2xx: a crash before it
 // loses nothing (the provider retries), a crash after it loses nothing (the outbox delivers).
 //
