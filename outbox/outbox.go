@@ -135,17 +135,7 @@ func (o *Outbox) Put(ctx context.Context, tx pgx.Tx, m Message) error {
 		return err
 	}
 	digest := m.digest()
-	headers, payload := m.Headers, m.Payload
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	if payload == nil {
-		payload = []byte{}
-	}
-	var orderingKey *string
-	if m.OrderingKey != "" {
-		orderingKey = &m.OrderingKey
-	}
+	headers, payload, orderingKey := m.columns()
 
 	b := &pgx.Batch{}
 	if orderingKey != nil {
@@ -236,6 +226,22 @@ func (m Message) digest() []byte {
 		writeField(h, m.Headers[name])
 	}
 	return h.Sum(nil)
+}
+
+// columns are m's headers, payload and ordering key as the outbox table stores them: no headers
+// are an empty object, no payload an empty one, and no ordering key NULL.
+func (m Message) columns() (headers map[string]string, payload []byte, orderingKey *string) {
+	headers, payload = m.Headers, m.Payload
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	if payload == nil {
+		payload = []byte{}
+	}
+	if m.OrderingKey != "" {
+		orderingKey = &m.OrderingKey
+	}
+	return headers, payload, orderingKey
 }
 
 // writeField writes s length-prefixed, so that no two sequences of fields hash alike.

@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
@@ -107,9 +108,9 @@ type HandlerConfig struct {
 }
 
 // Handler is the http.Handler of a webhook endpoint. For each delivery it reads the exact body
-// (up to MaxBodyBytes), verifies its signature, and then, in one transaction, records its
-// delivery ID for the tenant and source (an inbox) and puts it in the outbox for a dispatcher to
-// hand on (typically an outbox.TemporalPublisher, so that the event reaches a workflow through
+// (up to MaxBodyBytes), verifies its signature, and then, in one transaction (one statement,
+// sent in one round trip: outbox.Outbox.PutOnce), records its delivery ID for the tenant and
+// source (an inbox) and puts it in the outbox for a dispatcher to hand on (typically an outbox.TemporalPublisher, so that the event reaches a workflow through
 // Temporal's own deduplication). Only after that commit does it answer 2xx: a crash before it
 // loses nothing (the provider retries), a crash after it loses nothing (the outbox delivers).
 //
@@ -181,7 +182,7 @@ func NewHandler(db *pgxpool.Pool, out *outbox.Outbox, cfg HandlerConfig) (*Handl
 	}
 	met := cmp.Or[client.MetricsHandler](cfg.Metrics, client.MetricsNopHandler).WithTags(map[string]string{telemetry.MetricTagSource: cfg.Source})
 	ib, err := inbox.New(db, inbox.Config{
-		Consumer: "webhook/" + cfg.Source, Schema: out.Schema(), Retention: cfg.Retention, Metrics: client.MetricsNopHandler,
+		Consumer: consumer(cfg.Source), Schema: out.Schema(), Retention: cfg.Retention, Metrics: client.MetricsNopHandler,
 	})
 	if err != nil {
 		return nil, err
@@ -308,41 +309,45 @@ func validate(v Verifier) error {
 	return nil
 }
 
-// store records the delivery and puts its message in one transaction, and reports whether it
-// was new.
+// store records the delivery and puts its message, in one statement and one round trip
+// (outbox.Outbox.PutOnce), and reports whether it was new.
 //
-// The inbox remembers the digest of the delivery's Content (its body when Content is nil), so
-// that a redelivery differing only in delivery metadata is a duplicate. Records written before
-// Content existed hold the whole body's digest: on a mismatch, a delivery with a Content is
-// compared with its whole body too, so that a redelivery of such a record, byte for byte, stays
-// a duplicate after an upgrade instead of becoming a conflict.
+// The inbox record holds the digest of the delivery's Content (its body when Content is nil),
+// so that a redelivery differing only in delivery metadata is a duplicate. Records written
+// before Content existed hold the whole body's digest: a delivery with a Content is compared
+// with its whole body too, so that a redelivery of such a record, byte for byte, stays a
+// duplicate after an upgrade instead of becoming a conflict.
 func (h *Handler) store(ctx context.Context, tenant string, d Delivery, body []byte) (accepted bool, err error) {
 	id := MessageID(h.cfg.Source, tenant, d.ID)
 	content := d.Content
 	if content == nil {
 		content = body
 	}
-	err = pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
-		first, err := h.inbox.Claim(ctx, tx, inbox.Message{ID: id, Payload: content})
-		if errors.Is(err, inbox.ErrMismatch) && d.Content != nil {
-			// Claim leaves tx usable after a mismatch; the record is there, so this only compares.
-			if _, again := h.inbox.Claim(ctx, tx, inbox.Message{ID: id, Payload: body}); again == nil {
-				err = nil
-			}
-		}
-		if err != nil || !first {
-			return err
-		}
-		accepted = true
-		return h.out.Put(ctx, tx, outbox.Message{
-			ID:      id,
-			Topic:   h.cfg.Topic,
-			Payload: body,
-			Headers: map[string]string{HeaderSource: h.cfg.Source, HeaderTenant: tenant, HeaderID: d.ID, HeaderEventType: d.Type},
-		})
+	digest := sha256.Sum256(content)
+	once, err := h.out.PutOnce(ctx, h.db, outbox.InboxRecord{Consumer: consumer(h.cfg.Source), Digest: digest[:], LockTimeout: inbox.LockTimeoutDefault}, outbox.Message{
+		ID:      id,
+		Topic:   h.cfg.Topic,
+		Payload: body,
+		Headers: map[string]string{HeaderSource: h.cfg.Source, HeaderTenant: tenant, HeaderID: d.ID, HeaderEventType: d.Type},
 	})
-	return accepted, err
+	switch {
+	case err != nil:
+		return false, err
+	case once.Recorded:
+		return true, nil
+	case once.Stored == nil || bytes.Equal(once.Stored, digest[:]):
+		return false, nil
+	}
+	if d.Content != nil {
+		if whole := sha256.Sum256(body); bytes.Equal(once.Stored, whole[:]) {
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%w: %s was received before with another body; nothing was stored", inbox.ErrMismatch, id)
 }
+
+// consumer is the inbox consumer whose records remember source's delivery IDs.
+func consumer(source string) string { return "webhook/" + source }
 
 // Purge forgets up to limit delivery IDs older than HandlerConfig.Retention (limit <= 0 means
 // inbox.PurgeBatchDefault) and returns how many: call it periodically, unless a worker started
