@@ -32,7 +32,9 @@ type Call struct {
 	// attempt on, an earlier attempt has probably finished, and Do reads the receipt with a plain
 	// lookup first (one round trip, nothing written), reserving only when that finds no finished
 	// receipt; a first attempt reserves at once, so that a first execution keeps its two round
-	// trips. Either way the answer is the same.
+	// trips. A call that runs again safely (a Batch activity's own receipt) is more often taken
+	// over than replayed on a retry, so its lookup takes the receipt over too when its lease has
+	// ended, in the same statement. Either way the answer is the same.
 	Attempt int32
 	// ScheduledAt, when set, arms the replay-horizon guard: a call scheduled longer ago than the
 	// retention is refused with a HorizonError.
@@ -97,6 +99,14 @@ const (
 
 func (c Call) keyMemory() time.Duration {
 	return cmp.Or(max(c.DownstreamKeyMemory, 0), downstreamKeyMemoryDefault)
+}
+
+// runsAgain says that calling again under the token is safe however long ago it was first sent,
+// within the store's retention: a Batch activity's own receipt (or a call declared so), whose
+// items' receipts are its downstream. ForEach runs only under such a receipt, and a retry of one
+// takes it over in one statement (Store.readTakeOver).
+func (c Call) runsAgain(retention time.Duration) bool {
+	return c.DownstreamDeduplicates && c.keyMemory() >= retention
 }
 
 func (c Call) settleTime() time.Duration {

@@ -43,18 +43,27 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 	var (
 		r          receipt
 		reservedAt time.Time
+		// took is the fence readTakeOver took the receipt over with, under res, or nil.
+		took *int64
 	)
 	if h := c.held; h != nil {
 		// The statement of the item's chunk wrote this reservation, or found this receipt.
 		res, r, reservedAt = h.reservation, h.receipt, h.sent
 	} else {
 		retry := replayLikely(ctx, c)
-		if retry {
+		switch {
+		case retry && c.runsAgain(s.cfg.Retention):
+			// A batch's retry: an unfinished batch released its receipt, so a takeover is
+			// likely, and readTakeOver reads and takes over in one statement. A finished
+			// receipt it answers as the plain lookup does.
+			r, took, err = s.readTakeOver(ctx, c, res, lease)
+		case retry:
 			// A retry: a finished receipt is likely, and the plain lookup answers it alone. No
 			// receipt (or a failed read) goes on to reserve, which tells again.
 			r, err = s.readPlain(ctx, k)
 		}
 		if !retry || err != nil {
+			res = newReservation() // a lost reply may have taken the receipt over under the last one
 			r, err = s.reserve(ctx, c, res, lease)
 		}
 		if err != nil {
@@ -101,9 +110,18 @@ func (s *Store) Do(ctx context.Context, c Call, fn PayloadFunc) (_ *commonpb.Pay
 			obs.count(telemetry.ReceiptInProgress)
 			return nil, &InProgressError{Key: k, RetryAfter: s.retryAfter(wait)}
 		}
-		var fence, ageUS int64
-		err := s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.takeOver, k.Namespace, k.Tenant, k.Operation, k.ID, r.reservation,
-			a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS)
+		var (
+			fence, ageUS int64
+			err          error
+		)
+		if took != nil {
+			// readTakeOver took it over as of the receipt r it read (its age is the takeover's):
+			// it checked in SQL what this loop checked above.
+			a.reservation, fence, ageUS, took = res, *took, r.age.Microseconds(), nil
+		} else {
+			err = s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.takeOver, k.Namespace, k.Tenant, k.Operation, k.ID, r.reservation,
+				a.reservation.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds()).Scan(&fence, &ageUS)
+		}
 		if err == nil {
 			a.age = time.Duration(ageUS) * time.Microsecond
 			obs.count(telemetry.ReceiptTakenOver)

@@ -184,8 +184,11 @@ func (x *explorer) expire(cond string, args ...any) error {
 // Not while an attempt of k holds the receipt: one that already decided to send the token would
 // then have been paused for a day between deciding and sending, which no guard can see (the
 // README states the limit: a pause longer than the downstream's key memory).
+//
+// Nor for a batch key: its downstream, its items' receipts, never forgets within the retention
+// (Options.Batch).
 func (x *explorer) forget(k *explKey) error {
-	if !k.dedup {
+	if !k.dedup || k.batch {
 		return nil
 	}
 	if k.crashed {

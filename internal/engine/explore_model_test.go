@@ -15,6 +15,9 @@ type explKey struct {
 	key       keys.Key
 	dedup     bool
 	reconcile bool
+	// batch: the key's calls run again safely (a Batch activity's own receipt: Call.runsAgain),
+	// so that a retry reads and takes over in one statement (readTakeOver).
+	batch     bool
 	retired   bool // its finished receipt was purged: later attempts are beyond the horizon
 	forgotten bool // the downstream forgot its token (past its key memory)
 	// crashed: a crash lost its asynchronous reservation, and with it the time its token was

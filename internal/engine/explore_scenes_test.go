@@ -73,7 +73,7 @@ func (x *explorer) revivedLease() error {
 		return err
 	}
 	second := x.attempt[len(x.attempt)-1]
-	if err := x.runUntil(second, 8, "takeOver"); err != nil {
+	if err := x.runUntil(second, 8, "takeOver", "readTakeOver"); err != nil {
 		return err
 	}
 	if e, ok := x.parked[first]; ok && e.point == "heartbeat" {
@@ -107,7 +107,7 @@ func (x *explorer) releaseWhileRead() error {
 		return err
 	}
 	second := x.attempt[len(x.attempt)-1]
-	if err := x.runUntil(second, 8, "takeOver"); err != nil {
+	if err := x.runUntil(second, 8, "takeOver", "readTakeOver"); err != nil {
 		return err
 	}
 	if e, ok := x.parked[first]; ok && e.point == "call" {

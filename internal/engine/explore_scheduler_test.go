@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -143,6 +144,12 @@ func (x *explorer) start(k *explKey, payload int) error {
 		DownstreamSettleTime:   exploreSettle,
 		// A retry reads with the plain lookup first; a first attempt reserves at once.
 		Attempt: int32(1 + x.rng.IntN(2)),
+	}
+	if k.batch {
+		c.DownstreamKeyMemory = math.MaxInt64
+		if x.rng.IntN(2) == 0 {
+			c.Attempt = 2 // a batch is retried more often than not: readTakeOver goes first
+		}
 	}
 	if k.retired {
 		// A retry after the retention is necessarily one scheduled before it.

@@ -18,7 +18,7 @@ func (s *Store) statementName(sql string) string {
 	for name, stmt := range map[string]string{
 		"reserve": s.sql.reserve, "read": s.sql.read, "takeOver": s.sql.takeOver, "complete": s.sql.complete,
 		"completeSkipLocked": s.sql.completeSkipLocked, "completeBatch": s.sql.completeBatch, "release": s.sql.release,
-		"extend": s.sql.extend,
+		"extend": s.sql.extend, "readTakeOver": s.sql.readTakeOver,
 	} {
 		if sql == stmt {
 			return name
@@ -84,9 +84,17 @@ func (b *steppedBatcher) after(name string, args []any, async, answered bool) {
 		a.candidate = reservation(args[7].(pgtype.UUID).Bytes)
 	case "takeOver":
 		a.candidate = reservation(args[5].(pgtype.UUID).Bytes)
+	case "readTakeOver":
+		a.candidate = reservation(args[4].(pgtype.UUID).Bytes)
 	}
 	current, ok := x.currentReservation(a.k)
 	took := ok && current == a.candidate
+	if name == "readTakeOver" {
+		if !took {
+			return // it read, and wrote nothing
+		}
+		name = "takeOver"
+	}
 	if name != "reserve" || (took && !async) {
 		clear(x.losable) // a durable commit flushes the WAL before it, and every reservation in it
 	}

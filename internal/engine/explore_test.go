@@ -194,11 +194,12 @@ func (x *explorer) history() (err error) {
 			dedup:     x.rng.IntN(5) < 2,
 			reconcile: x.rng.IntN(5) < 3,
 		}
+		k.batch = k.dedup && x.rng.IntN(2) == 0
 		for p := range k.payloads {
 			k.payloads[p], _ = keys.FingerprintOf(map[string]int{"amount": 100 * (p + 1)})
 		}
 		x.keys = append(x.keys, k)
-		x.logf("key %d: dedup=%v reconcile=%v", i, k.dedup, k.reconcile)
+		x.logf("key %d: dedup=%v reconcile=%v batch=%v", i, k.dedup, k.reconcile, k.batch)
 	}
 	defer func() {
 		// Whatever happened, let every attempt finish, so that no goroutine outlives the test.

@@ -84,7 +84,7 @@ type batchCall struct {
 func (s *Store) batchCall(ctx context.Context, operation string) (batchCall, error) {
 	if rc, _ := ctx.Value(runningKey{}).(*running); rc != nil {
 		c := rc.call
-		if !c.DownstreamDeduplicates || c.keyMemory() < s.cfg.Retention {
+		if !c.runsAgain(s.cfg.Retention) {
 			return batchCall{}, fmt.Errorf("activity.ForEach: %w: %s runs under a receipt whose downstream is not declared safe to call again, so a retry after a crash would find it holding an unknown outcome instead of running the items that are left; register it with Options{Batch: true}, or as a plain activity",
 				ErrMisconfigured, ref(c.Key))
 		}

@@ -155,6 +155,8 @@ func keyedStatements(t *testing.T, s *Store) []keyedStatement {
 		{"reserveBatch", noSettings, s.sql.reserveBatch, s.reserveBatchArgs([]*reserveReq{reservation("new-1"), reservation("new-2")})},
 		{"takeOver", noSettings, s.sql.takeOver, []any{k.Namespace, k.Tenant, k.Operation, k.ID, res.uuid(), newReservation().uuid(),
 			time.Minute.Microseconds(), s.cfg.Retention.Microseconds()}},
+		{"readTakeOver", noSettings, s.sql.readTakeOver, []any{k.Namespace, k.Tenant, k.Operation, k.ID, newReservation().uuid(),
+			time.Minute.Microseconds(), s.cfg.Retention.Microseconds(), held.Fingerprint.Sum[:], held.Fingerprint.Version, true}},
 		{"complete", noSettings, s.sql.complete, completed("held").args(s)},
 		{"completeSkipLocked", noSettings, s.sql.completeSkipLocked, completed("held").args(s)},
 		{"completeBatch", s.sql.completeBatchSettings, s.sql.completeBatch,

@@ -195,6 +195,31 @@ func (s *Store) readPlain(ctx context.Context, k keys.Key) (receipt, error) {
 	return scanReceipt(s.queryRow(ctx, s.receipts, noSettings, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
 }
 
+// readTakeOver reads c's receipt and, where Do would take it over at once, takes it over under
+// res in the same statement (the statement readTakeOver): the retry of a call that runs again
+// safely pays one round trip for its takeover, not two. It returns the receipt as read, and the
+// fence taken when it took the receipt over (nil when it did not), or pgx.ErrNoRows when there
+// is no receipt.
+func (s *Store) readTakeOver(ctx context.Context, c Call, res reservation, lease time.Duration) (receipt, *int64, error) {
+	k := c.Key
+	var fence *int64
+	r, err := scanReceipt(prefixedRow{s.queryRow(ctx, s.receipts, s.sql.settings, s.sql.readTakeOver, k.Namespace, k.Tenant, k.Operation, k.ID,
+		res.uuid(), lease.Microseconds(), s.cfg.Retention.Microseconds(), c.Fingerprint.Sum[:], c.Fingerprint.Version,
+		c.Reconcile == nil), &fence})
+	if err != nil {
+		return r, nil, err
+	}
+	return r, fence, nil
+}
+
+// prefixedRow is a row whose first column goes to first, then the columns scanReceipt reads.
+type prefixedRow struct {
+	row   pgx.Row
+	first any
+}
+
+func (r prefixedRow) Scan(dest ...any) error { return r.row.Scan(append([]any{r.first}, dest...)...) }
+
 // replayLikely reports whether c is probably a retry of an intent that an earlier attempt
 // finished, so that a plain lookup should go first: from the second attempt on (Call.Attempt,
 // else the Temporal activity's own). A first attempt goes straight to the statement that

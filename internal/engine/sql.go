@@ -19,7 +19,7 @@ import "fmt"
 type statements struct {
 	settings, settingsAsync, txSettings, completeBatchSettings                                    string
 	reserve, reserveBatch, read, readItems, takeOver, complete, completeSkipLocked, completeBatch string
-	release, extend, insertFinal                                                                  string
+	readTakeOver, release, extend, insertFinal                                                    string
 }
 
 // receiptColumns is what every read returns; scanReceipt reads them in this order. The lease
@@ -128,6 +128,34 @@ UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, e
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 	AND reservation IS NOT DISTINCT FROM $5 AND %[2]s AND lease_expires_at <= now()
 RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, table, stillPending),
+
+		// readTakeOver is read and takeOver in one statement, for the retry of a call that runs
+		// again safely (a Batch activity's own receipt, Call.runsAgain), which more often finds
+		// its receipt released than finished. It returns the receipt as read (cur), and, first,
+		// the fence it took when it took the receipt over under the new reservation $5 (NULL
+		// when it did not). It takes over only where Do would at once: a pending receipt whose
+		// lease has ended, recorded under this very fingerprint ($8, $9), whose step has no
+		// completed compensation, and, when $10 is false (a call with Reconcile), never: the
+		// settle time is decided in Go. Anything else is answered from cur as read answers it.
+		// Race: as takeOver, matching the reservation cur saw; an attempt that changed the row
+		// after this statement's snapshot makes the update match nothing (the row is checked
+		// again once its lock is free), and Do goes on from cur as from a read.
+		readTakeOver: fmt.Sprintf(`
+WITH cur AS (
+	SELECT %[2]s FROM %[1]s AS r %[3]s
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)
+), taken AS (
+	UPDATE %[1]s AS r SET reservation = $5, fence = r.fence + 1, attempts = r.attempts + 1, effect_possible = true,
+		lease_expires_at = now() + $6::bigint * interval '1 microsecond',
+		expires_at = now() + $6::bigint * interval '1 microsecond' + $7::bigint * interval '1 microsecond',
+		updated_at = now()
+	FROM cur
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)
+		AND r.reservation IS NOT DISTINCT FROM cur.reservation AND (r.state || '') = 'pending' AND r.lease_expires_at <= now()
+		AND r.fingerprint = $8 AND r.fingerprint_version = $9 AND cur.compensation_token IS NULL AND $10::boolean
+	RETURNING r.fence
+)
+SELECT taken.fence, false, cur.* FROM cur LEFT JOIN taken ON true`, table, receiptColumns, fmt.Sprintf(compensatedBy, table)),
 
 		// complete records one attempt's outcome. Race: an attempt that was taken over (paused
 		// past its lease, timed out while still running, or holding a reservation that was lost)
