@@ -163,23 +163,24 @@ func singleSteps(ctx context.Context, t *table, col, rounds int, db *db, d *down
 	t.set("1", "first execution: overhead ÷ the receipt's own two writes by hand (reserve, call, complete)", col,
 		perRound(s, func(r []float64) float64 { return (r[first] - r[call]) / (r[byHand] - r[call]) }), ratio, "")
 	t.set("2", "replay on a retry (attempt 2: the plain lookup) ÷ SELECT 1", col,
-		perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "≤ 1.2")
+		perRound(s, func(r []float64) float64 { return r[rep] / r[sel] }), ratio, "")
 	t.set("2", "the floor: a receipt's key probed, a constant returned (SELECT 1 FROM receipts WHERE key) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[probe] / r[sel] }), ratio, "")
 	t.set("2", "the replay's read by hand (the columns it needs, by key) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[readHand] / r[sel] }), ratio, "")
+	// Issue 42's target: the replay against its own floor, measured in the same rounds.
 	t.set("2", "replay on a retry ÷ its read by hand", col,
-		perRound(s, func(r []float64) float64 { return r[rep] / r[readHand] }), ratio, "")
+		perRound(s, func(r []float64) float64 { return r[rep] / r[readHand] }), ratio, "≤ 1.1")
 	t.set("2", "replay on attempt 1 (a reset workflow: the reserve statement) ÷ SELECT 1", col,
 		perRound(s, func(r []float64) float64 { return r[rep1] / r[sel] }), ratio, "")
 	dotxRatio := func(r []float64) float64 { return r[dotx] / r[tx] }
-	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col, perRound(s, dotxRatio), ratio, "≤ 1.1")
+	t.set("3", "DoInNewTx ÷ the same transaction without tempotent", col, perRound(s, dotxRatio), ratio, "")
 	t.set("3", "DoInNewTx ÷ the same transaction: spread across rounds, lowest – highest", col,
 		lowest(s, dotxRatio), upTo(highest(s, dotxRatio)), "")
 	t.set("3", "the same transaction with the receipt's read and INSERT by hand ÷ without", col,
 		perRound(s, func(r []float64) float64 { return r[txHand] / r[tx] }), ratio, "")
 	t.set("3", "DoInNewTx ÷ the same transaction with the receipt by hand", col,
-		perRound(s, func(r []float64) float64 { return r[dotx] / r[txHand] }), ratio, "")
+		perRound(s, func(r []float64) float64 { return r[dotx] / r[txHand] }), ratio, "≤ 1.1")
 
 	stats := db.pool
 	c := count(ctx, stats, db.counter, 200, firstStep(db.store, d))
@@ -214,12 +215,8 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 				bench{name: "batched by hand, 2 × 8", op: receiptsBatchedByHand(db.async, db.pool, half), workers: 2})
 		}
 		s := interleave(ctx, rounds, benches...)
-		target := ""
-		if workers == 16 {
-			target = "≥ 1.0"
-		}
 		t.set("4", fmt.Sprintf("receipts/s ÷ durable INSERTs/s, %d workers", workers), col,
-			perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, target)
+			perRound(s, func(r []float64) float64 { return r[1] / r[0] }), ratio, "")
 		t.set("4", fmt.Sprintf("receipts/s, %d workers", workers), col, 1e9/median(s[0]), perSecond, "")
 		if workers == 16 {
 			t.set("4", "receipt SQL by hand, unbatched: receipts/s ÷ durable INSERTs/s, 16 workers", col,
@@ -230,6 +227,10 @@ func throughput(ctx context.Context, t *table, col, rounds int, db *db) {
 				perRound(s, func(r []float64) float64 { return r[1] / (r[3] / whole) }), ratio, "")
 			t.set("4", "receipt SQL by hand, 16 attempts in two batches of 8: receipts/s ÷ durable INSERTs/s", col,
 				perRound(s, func(r []float64) float64 { return r[1] / (r[4] / half) }), ratio, "")
+			// Issue 42's target: 16 independent workers against the ceiling of group commit,
+			// the same 16 attempts' statements batched by hand, in the same rounds.
+			t.set("4", "receipts/s ÷ the 16 attempts' SQL batched by hand (1 × 16), 16 workers", col,
+				perRound(s, func(r []float64) float64 { return (r[3] / whole) / r[0] }), ratio, "≥ 0.8")
 		}
 	}
 	// What runs out at 16 workers: CPU per operation, the client's and the rest of the
@@ -301,7 +302,7 @@ func againstDBOS(ctx context.Context, t *table, col, rounds int, url string, syn
 		bench{name: "10 bare calls", op: times(steps, bareCall(d))},
 		bench{name: "10 steps by hand", op: times(steps, stepByHand(db.async, db.pool, d))})
 	t.set("7", "tempotent step overhead ÷ DBOS step overhead", col,
-		perRound(s, func(r []float64) float64 { return (r[0] - r[2]) / (r[1] - r[2]) }), ratio, "≤ 0.5")
+		perRound(s, func(r []float64) float64 { return (r[0] - r[2]) / (r[1] - r[2]) }), ratio, "≤ 0.45")
 	t.set("7", "DBOS step overhead over the bare call, µs", col,
 		perRound(s, func(r []float64) float64 { return (r[1] - r[2]) / steps / 1e3 }), micros, "")
 	t.set("7", "tempotent step overhead over the bare call, µs", col,
