@@ -46,6 +46,7 @@ type signIns struct {
 
 	mu      sync.Mutex
 	buckets map[netip.Prefix]*bucket
+	swept   time.Time // the last forgetRefilled
 }
 
 // bucket is one address's tokens, as of last.
@@ -95,7 +96,12 @@ func (s *signIns) heldOff(client netip.Prefix) (time.Duration, bool) {
 	defer s.mu.Unlock()
 	b := s.buckets[client]
 	if b == nil {
-		// An address not remembered may be one that shared the overflow bucket.
+		// An address not remembered fails into the overflow bucket only while every other
+		// place is taken; until then it has tries of its own, so a guesser who fills the
+		// limiter from many addresses and then leaves locks out nobody.
+		if len(s.buckets) < signInAddressesMax-1 {
+			return 0, false
+		}
 		if b = s.buckets[overflow]; b == nil {
 			return 0, false
 		}
@@ -118,7 +124,10 @@ func (s *signIns) failed(client netip.Prefix) {
 	now := s.now()
 	b := s.buckets[client]
 	if b == nil {
-		if len(s.buckets) >= signInAddressesMax {
+		if len(s.buckets) >= signInAddressesMax-1 && now.Sub(s.swept) >= s.limit.Every {
+			// At most once per Every: a sweep reads every bucket under the lock, and a guesser
+			// with many addresses must not make each of his failures pay for one.
+			s.swept = now
 			s.forgetRefilled(now)
 		}
 		if len(s.buckets) >= signInAddressesMax-1 { // the last place is the overflow bucket's

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tempotent/tempotent/internal/failpoint"
@@ -24,7 +25,8 @@ type held struct {
 // (see Dispatcher), they must still reach the database before their claim's lease ends (the round
 // trip is bounded by it), and the claim, measured from just before that round trip, sees what
 // they changed, so that a key's next message is claimed only after its predecessor's mark. The
-// last batch, short or in hand when ctx ends, is marked on its own.
+// last batch, short or in hand when ctx ends, is marked on its own, and so is a batch whose round
+// trip failed, and one in hand while pruning is behind (before the prune).
 //
 // When ctx ends, Drain claims nothing more and ends as DispatchOnce does: the publishes in flight
 // get ShutdownGrace, their results are marked, the rest is handed back, and it returns a nil
@@ -38,14 +40,27 @@ func (d *Dispatcher) Drain(ctx context.Context) (int, error) {
 	for ctx.Err() == nil {
 		n, next, err := d.round(ctx, prev)
 		total += n
-		prev = next
 		if err != nil {
+			// The round trip that carried prev's marks failed (a lost connection, a claim that
+			// could not finish): prev's results are marked on their own while its lease lasts,
+			// rather than redelivered after it. Should the failed transaction have committed
+			// after all, the fence makes these marks match nothing.
+			if prev != nil {
+				err = errors.Join(err, d.markHeld(ctx, prev))
+			}
 			return total, err
 		}
+		prev = next
 		if n < d.cfg.Batch {
 			break
 		}
 		if d.behind.Load() {
+			// The prune's time must not come out of the lease of the batch in hand: it is
+			// marked first, on its own.
+			if err := d.markHeld(ctx, prev); err != nil {
+				return total, err
+			}
+			prev = nil
 			d.pruneOnce(ctx)
 		}
 	}

@@ -249,3 +249,56 @@ func TestDrainsRoundTripEndsWithTheMarkedBatchsLease(t *testing.T) {
 	require.Equal(t, row{State: "pending"}, rowOf(t, name, "m2"), "m2 was claimed by the round trip Drain gave up on")
 	require.Empty(t, published)
 }
+
+// The round trip that carries a batch's marks fails (here its backend is terminated while it
+// waits for the table's lock, as in a failover): Drain marks that batch on its own, on another
+// connection, while its lease lasts, rather than leaving a delivered message to be delivered
+// again after the lease.
+func TestDrainMarksItsBatchWhenTheRoundTripFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, name := setup(t, &outbox.Config{NoNotify: true})
+	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t"}, outbox.Message{ID: "m2", Topic: "t"})
+	app := "drainfail-" + name
+	oA, err := outbox.New(tracedPool(t, &pgtest.Counter{}, app), &outbox.Config{Schema: name, NoNotify: true})
+	require.NoError(t, err)
+	published, answer := make(chan string, 2), make(chan struct{})
+	d := newDispatcher(t, oA, outbox.PublisherFunc(func(_ context.Context, d outbox.Delivery) error {
+		published <- d.ID
+		<-answer
+		return nil
+	}), outbox.DispatcherConfig{Name: "A", Batch: 1, Lease: time.Minute, Maintenance: -1})
+	waiting := func() int {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1
+			AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.relation = $2::regclass)`,
+			app, name+".outbox").Scan(&n))
+		return n
+	}
+
+	done := make(chan error, 1)
+	go func() { _, err := d.Drain(ctx); done <- err }()
+	require.Equal(t, "m1", <-published)
+	lock, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	_, err = lock.Exec(ctx, "LOCK TABLE "+name+".outbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	close(answer) // m1 delivered: its mark goes with the claim of the next batch, into the lock
+	require.Eventually(t, func() bool { return waiting() == 1 }, liveness, 5*time.Millisecond,
+		"Drain's round trip never waited for the table's lock")
+	var killed int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+		WHERE a.application_name = $1 AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)`, app).Scan(&killed))
+	require.Equal(t, 1, killed)
+	require.NoError(t, lock.Rollback(ctx))
+
+	select {
+	case err = <-done:
+	case <-time.After(liveness):
+		t.Fatal("Drain did not return after its round trip failed")
+	}
+	require.Error(t, err, "the failed round trip was not reported")
+	require.Equal(t, "delivered", rowOf(t, name, "m1").State, "m1 was published but left unmarked, to be delivered again")
+	require.Equal(t, row{State: "pending"}, rowOf(t, name, "m2"), "m2 was claimed by the round trip that failed")
+}
