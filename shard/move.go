@@ -174,14 +174,17 @@ WHERE tenant = $1`, m.Tenant, m.To, m.Reason, m.By)
 	return from, fencedAgo, already, err
 }
 
-// drain waits until none of the tenant's receipts on the old shard is pending.
+// drain waits until none of the tenant's receipts on the old shard is pending under a live
+// lease. A pending receipt whose lease has ended (its attempt crashed, or its workflow is gone)
+// is copied as it is: the retry, if one comes, takes it over on the new shard with the same
+// token, as it would have on the old one; waiting for it would keep the tenant fenced for good.
 func (m Move) drain(ctx context.Context, src *pgxpool.Pool, from string) error {
 	q := pgx.Identifier{m.ReceiptsSchema}.Sanitize()
 	last := int64(-1)
 	for {
 		var n int64
 		var oldest *time.Time
-		err := src.QueryRow(ctx, "SELECT count(*), min(created_at) FROM "+q+".receipts WHERE tenant = $1 AND state = 'pending'", m.Tenant).Scan(&n, &oldest)
+		err := src.QueryRow(ctx, "SELECT count(*), min(created_at) FROM "+q+".receipts WHERE tenant = $1 AND state = 'pending' AND lease_expires_at > now()", m.Tenant).Scan(&n, &oldest)
 		if err != nil {
 			return fmt.Errorf("count the tenant's pending receipts on shard %q: %w", from, err)
 		}
@@ -189,7 +192,7 @@ func (m Move) drain(ctx context.Context, src *pgxpool.Pool, from string) error {
 			return nil
 		}
 		if n != last {
-			fmt.Fprintf(m.Log, "waiting for %d pending receipts of tenant %q on shard %q (the oldest reserved at %s); one whose attempt crashed is taken over by its retry, or settled with tempotent receipts resolve\n",
+			fmt.Fprintf(m.Log, "waiting for %d receipts of tenant %q on shard %q whose attempts are running (the oldest reserved at %s); those whose leases ended are moved as they are\n",
 				n, m.Tenant, from, oldest.UTC().Format(time.RFC3339))
 			last = n
 		}

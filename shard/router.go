@@ -43,8 +43,11 @@ const (
 //   - MaxStale: how long a tenant's shard, once read from the directory, is used without
 //     reading it again; past it, a call that cannot read the directory fails (retryably)
 //     rather than use an older answer. Default MaxStaleDefault. It bounds how long after a
-//     move's fence a worker may still reserve on the old shard: give the move command at least
-//     the largest MaxStale of your workers.
+//     move's fence a worker may still be handed the old shard's store: give the move command
+//     at least the largest MaxStale of your workers. It does not bound when that worker's
+//     reservation reaches the old shard (a pool wait, the authorization hook and a retry's
+//     lookup come between): give the move command's --max-stale room for those too, since a
+//     reservation that lands after the move's copy is not moved (see Move).
 type Config struct {
 	Directory *pgxpool.Pool
 	Schema    string

@@ -15,6 +15,7 @@ import (
 	"github.com/tempotent/tempotent/activity"
 	"github.com/tempotent/tempotent/internal/leaktest"
 	"github.com/tempotent/tempotent/internal/pgtest"
+	"github.com/tempotent/tempotent/internal/receipttest"
 	"github.com/tempotent/tempotent/keys"
 	"github.com/tempotent/tempotent/operator"
 	"github.com/tempotent/tempotent/shard"
@@ -153,7 +154,7 @@ func TestRetryAfterMoveReplays(t *testing.T) {
 		close(log)
 		moved <- err
 	}()
-	log.await(t, "waiting for 1 pending receipts")
+	log.await(t, "waiting for 1 receipts")
 
 	_, err := charge(ctx, r, "acme", "order-2", &effects, nil)
 	var moving *shard.MovingError
@@ -260,4 +261,41 @@ func TestMoveRefusesShardsOfDifferentVersions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.move("acme", "b", io.Discard).Run(ctx)
 	require.ErrorContains(t, err, "their receipts tables differ in [later]; migrate both to the same version")
+}
+
+// TestMoveCarriesAReceiptWhoseAttemptCrashed: a pending receipt whose lease has ended (its
+// worker died mid-call) does not hold the move, which would keep the tenant fenced for good: it
+// is copied as it is, and the retry on the new shard finds it there rather than acting afresh.
+func TestMoveCarriesAReceiptWhoseAttemptCrashed(t *testing.T) {
+	ctx := context.Background()
+	s := twoShards(t)
+	r := s.router(t, time.Nanosecond)
+	var effects atomic.Int64
+
+	// An attempt that charges and vanishes, its lease short: as a worker killed mid-call.
+	k, err := keys.Explicit("default", "acme", "Charge", "order-1")
+	require.NoError(t, err)
+	store, err := r.Store(ctx, "acme")
+	require.NoError(t, err)
+	receipttest.CrashAfterEffect(ctx, store, activity.Call{Key: k, Request: "order-1", Lease: 20 * time.Millisecond},
+		func(keys.Token) { effects.Add(1) })
+	require.Eventually(t, func() bool {
+		var ended bool
+		require.NoError(t, s.pools["a"].QueryRow(ctx, "SELECT lease_expires_at < now() FROM tempotent.receipts WHERE tenant = 'acme'").Scan(&ended))
+		return ended
+	}, time.Minute, 5*time.Millisecond, "the dead attempt's lease never ended")
+
+	var log bytes.Buffer
+	bounded, cancel := context.WithTimeout(ctx, time.Minute) // as the command's --wait
+	defer cancel()
+	_, err = s.move("acme", "b", &log).Run(bounded)
+	require.NoError(t, err, "the move did not finish: %s", log.String())
+	require.NotContains(t, log.String(), "waiting for", "the move waited for an attempt that had died")
+	require.Equal(t, 1, s.receipts(t, "b", "acme"), "the dead attempt's receipt was not moved")
+
+	// The retry reaches the new shard and finds the receipt: an unknown outcome to settle (the
+	// downstream does not deduplicate), not a second charge.
+	_, err = charge(ctx, r, "acme", "order-1", &effects, nil)
+	require.ErrorAs(t, err, new(*activity.OutcomeUnknownError))
+	require.Equal(t, int64(1), effects.Load(), "the retry charged again after the move")
 }
