@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
@@ -186,6 +187,58 @@ func staleDrainMark(t *testing.T, answer error, requeued bool) {
 // performance threshold: when it passes, the call waited for what it should have given up on.
 const liveness = 30 * time.Second
 
+// lockedDrain is a Drain of dispatcher A (Batch 1) over m1 and m2 whose second round trip, the
+// one carrying m1's delivered mark with the claim of m2, waits for the outbox table, held locked
+// by lock.
+type lockedDrain struct {
+	name, app string
+	lock      pgx.Tx
+	published chan string
+	done      chan error // Drain's error
+}
+
+// drainIntoALock starts that Drain, with cfg's lease and publish timeout, and returns once its
+// round trip waits for the lock.
+func drainIntoALock(t *testing.T, prefix string, cfg outbox.DispatcherConfig) *lockedDrain {
+	t.Helper()
+	ctx := context.Background()
+	o, name := setup(t, &outbox.Config{NoNotify: true})
+	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t"}, outbox.Message{ID: "m2", Topic: "t"})
+	l := &lockedDrain{name: name, app: prefix + name, published: make(chan string, 2), done: make(chan error, 1)}
+	oA, err := outbox.New(tracedPool(t, &pgtest.Counter{}, l.app), &outbox.Config{Schema: name, NoNotify: true})
+	require.NoError(t, err)
+	answer := make(chan struct{})
+	cfg.Name, cfg.Batch, cfg.Maintenance = "A", 1, -1
+	d := newDispatcher(t, oA, outbox.PublisherFunc(func(_ context.Context, d outbox.Delivery) error {
+		l.published <- d.ID
+		<-answer
+		return nil
+	}), cfg)
+	go func() { _, err := d.Drain(ctx); l.done <- err }()
+	require.Equal(t, "m1", <-l.published)
+	l.lock, err = pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.lock.Rollback(context.Background()) })
+	_, err = l.lock.Exec(ctx, "LOCK TABLE "+name+".outbox IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	close(answer) // m1 delivered: its mark goes with the claim of the next batch, into the lock
+	// The round trip reaches the database and waits for the lock: what ends it, when it comes,
+	// cuts short a round trip in flight, not one never sent.
+	require.Eventually(t, func() bool { return l.backends(t, true) == 1 }, liveness, 5*time.Millisecond,
+		"Drain's round trip never waited for the table's lock")
+	return l
+}
+
+// backends counts A's backends, or those of them waiting for the table's lock.
+func (l *lockedDrain) backends(t *testing.T, waiting bool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1
+		AND (NOT $3 OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.relation = $2::regclass))`,
+		l.app, l.name+".outbox", waiting).Scan(&n))
+	return n
+}
+
 // Drain's round trip that carries a batch's marks with the next claim gives up when that batch's
 // lease ends, rather than wait for a table held locked (DDL, a LOCK TABLE): past the lease the
 // marks would meet whatever claim followed. It returns an error that says so, the statement
@@ -195,39 +248,9 @@ const liveness = 30 * time.Second
 func TestDrainsRoundTripEndsWithTheMarkedBatchsLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, name := setup(t, &outbox.Config{NoNotify: true})
-	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t"}, outbox.Message{ID: "m2", Topic: "t"})
-	app := "drainlease-" + name
-	oA, err := outbox.New(tracedPool(t, &pgtest.Counter{}, app), &outbox.Config{Schema: name, NoNotify: true})
-	require.NoError(t, err)
-	published, answer := make(chan string, 2), make(chan struct{})
-	d := newDispatcher(t, oA, outbox.PublisherFunc(func(_ context.Context, d outbox.Delivery) error {
-		published <- d.ID
-		<-answer
-		return nil
-	}), outbox.DispatcherConfig{Name: "A", Batch: 1, Lease: 2 * time.Second, PublishTimeout: 200 * time.Millisecond, Maintenance: -1})
-	// backends counts A's backends, or those of them waiting for the table's lock.
-	backends := func(waiting bool) int {
-		var n int
-		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1
-			AND (NOT $3 OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.relation = $2::regclass))`,
-			app, name+".outbox", waiting).Scan(&n))
-		return n
-	}
-
-	done := make(chan error, 1)
-	go func() { _, err := d.Drain(ctx); done <- err }()
-	require.Equal(t, "m1", <-published)
-	lock, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
-	_, err = lock.Exec(ctx, "LOCK TABLE "+name+".outbox IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
-	close(answer) // m1 delivered: its mark goes with the claim of the next batch, into the lock
-	// The round trip reaches the database and waits for the lock: the deadline, when it comes,
-	// cuts short a round trip in flight, not one never sent.
-	require.Eventually(t, func() bool { return backends(true) == 1 }, liveness, 5*time.Millisecond,
-		"Drain's round trip never waited for the table's lock")
+	l := drainIntoALock(t, "drainlease-", outbox.DispatcherConfig{Lease: 2 * time.Second, PublishTimeout: 200 * time.Millisecond})
+	name, lock, done, published := l.name, l.lock, l.done, l.published
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(liveness):
@@ -239,7 +262,7 @@ func TestDrainsRoundTripEndsWithTheMarkedBatchsLease(t *testing.T) {
 	require.ErrorContains(t, err, "mark 1 results and claim the next batch")
 
 	// Cancelled in the database too, the lock still held: its transaction cannot commit later.
-	require.Eventually(t, func() bool { return backends(false) == 0 }, liveness, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return l.backends(t, false) == 0 }, liveness, 5*time.Millisecond,
 		"the round trip Drain gave up on still runs in the database")
 	require.NoError(t, lock.Rollback(ctx))
 	var claimedBy string
@@ -257,36 +280,9 @@ func TestDrainsRoundTripEndsWithTheMarkedBatchsLease(t *testing.T) {
 func TestDrainMarksItsBatchWhenTheRoundTripFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, name := setup(t, &outbox.Config{NoNotify: true})
-	put(t, ctx, o, outbox.Message{ID: "m1", Topic: "t"}, outbox.Message{ID: "m2", Topic: "t"})
-	app := "drainfail-" + name
-	oA, err := outbox.New(tracedPool(t, &pgtest.Counter{}, app), &outbox.Config{Schema: name, NoNotify: true})
-	require.NoError(t, err)
-	published, answer := make(chan string, 2), make(chan struct{})
-	d := newDispatcher(t, oA, outbox.PublisherFunc(func(_ context.Context, d outbox.Delivery) error {
-		published <- d.ID
-		<-answer
-		return nil
-	}), outbox.DispatcherConfig{Name: "A", Batch: 1, Lease: time.Minute, Maintenance: -1})
-	waiting := func() int {
-		var n int
-		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1
-			AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted AND l.relation = $2::regclass)`,
-			app, name+".outbox").Scan(&n))
-		return n
-	}
-
-	done := make(chan error, 1)
-	go func() { _, err := d.Drain(ctx); done <- err }()
-	require.Equal(t, "m1", <-published)
-	lock, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
-	_, err = lock.Exec(ctx, "LOCK TABLE "+name+".outbox IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
-	close(answer) // m1 delivered: its mark goes with the claim of the next batch, into the lock
-	require.Eventually(t, func() bool { return waiting() == 1 }, liveness, 5*time.Millisecond,
-		"Drain's round trip never waited for the table's lock")
+	l := drainIntoALock(t, "drainfail-", outbox.DispatcherConfig{Lease: time.Minute})
+	name, app, lock, done := l.name, l.app, l.lock, l.done
+	var err error
 	var killed int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
 		WHERE a.application_name = $1 AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)`, app).Scan(&killed))
