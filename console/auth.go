@@ -37,8 +37,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-store")
 
-	if _, _, guess := r.BasicAuth(); guess {
-		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr)); held {
+	if name, _, guess := r.BasicAuth(); guess {
+		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr), h.spillOf(name)); held {
 			hd.Set("Retry-After", retryAfter(wait))
 			http.Error(w, "429 too many failed sign-ins from your address: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
 			return
@@ -89,9 +89,21 @@ func (h *Handler) authenticate(r *http.Request) (credential, bool) {
 		match |= same
 	}
 	if match != 1 {
-		h.signIns.failed(clientOf(r.RemoteAddr))
+		h.signIns.failed(clientOf(r.RemoteAddr), h.spillOf(name))
 	}
 	return found, match == 1
+}
+
+// spillOf is the sign-in limiter's spill bucket for a sign-in as name: the index of the user
+// of that name, or len(h.users) for a name that is not a user's. Every user's name digest is
+// compared, in constant time: the time taken does not say whether name is a user's.
+func (h *Handler) spillOf(name string) int {
+	n := sha256.Sum256([]byte(name))
+	spill := len(h.users)
+	for i, c := range h.users {
+		spill = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(n[:], c.name[:]), i, spill)
+	}
+	return spill
 }
 
 // fromLoopback reports whether r came straight from a loopback address, through no proxy that

@@ -19,6 +19,11 @@ import (
 // client writes them. Behind a reverse proxy every client has the proxy's address and shares
 // one limit; limit sign-ins at the proxy then, or mount the console where the proxy passes the
 // connection through.
+//
+// The limiter remembers a bounded number of addresses. While all it remembers are short of
+// tries, a new address shares a bucket with the other new addresses that sign in as the same
+// name (one bucket per user, one for every name that is not a user's): a guesser spread over
+// many addresses holds off new addresses only for the names he guesses.
 type SignInLimit struct {
 	// Burst is how many failed sign-ins an address may make in a row. Default
 	// SignInBurstDefault; negative turns the limit off.
@@ -34,9 +39,12 @@ const (
 	SignInEveryDefault = 6 * time.Second
 )
 
-// signInAddressesMax bounds how many buckets the limiter keeps: when they are all taken by
-// addresses still short of tries, any other address fails into one shared bucket (and, while
-// that bucket is empty, any address it does not remember is held off).
+// signInAddressesMax bounds how many addresses the limiter remembers: when they are all taken
+// by addresses still short of tries, any other address fails into a bucket shared by the name
+// it signs in as (a spill bucket: one per user, one for every name that is not a user's), and
+// while that bucket is empty, an address the limiter does not remember is held off when it
+// signs in as that name. A guesser who keeps the limiter full from many addresses can so lock
+// out, from new addresses, only the users whose names he guesses.
 var signInAddressesMax = 10_000
 
 // signIns is the limiter of failed sign-ins, by client address.
@@ -47,6 +55,9 @@ type signIns struct {
 	mu      sync.Mutex
 	buckets map[netip.Prefix]*bucket
 	swept   time.Time // the last forgetRefilled
+	// spill is the buckets of the addresses not remembered while buckets is full, by the name
+	// signed in as: spill[i] for the console's i-th user, the last for every other name.
+	spill []bucket
 }
 
 // bucket is one address's tokens, as of last.
@@ -55,11 +66,16 @@ type bucket struct {
 	last   time.Time
 }
 
-// overflow is the bucket the addresses share once signInAddressesMax are remembered.
-var overflow = netip.Prefix{}
+// unparsed is the limiter's key for every remote address it cannot parse.
+var unparsed = netip.Prefix{}
 
-func newSignIns(limit SignInLimit) *signIns {
-	return &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}}
+// newSignIns returns the limiter of a console with users users.
+func newSignIns(limit SignInLimit, users int) *signIns {
+	s := &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}, spill: make([]bucket, users+1)}
+	for i := range s.spill {
+		s.spill[i].tokens = float64(limit.Burst)
+	}
+	return s
 }
 
 // clientOf is the limiter's key for a request's remote address.
@@ -70,7 +86,7 @@ func clientOf(remoteAddr string) netip.Prefix {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
-		return overflow
+		return unparsed
 	}
 	a = a.Unmap()
 	bits := 32
@@ -87,8 +103,9 @@ func (s *signIns) refill(b *bucket, now time.Time) {
 	b.last = now
 }
 
-// heldOff reports whether client has no try left, and when it gets the next.
-func (s *signIns) heldOff(client netip.Prefix) (time.Duration, bool) {
+// heldOff reports whether client, signing in as the name of spill bucket name, has no try
+// left, and when it gets the next.
+func (s *signIns) heldOff(client netip.Prefix, name int) (time.Duration, bool) {
 	if s.limit.Burst < 0 {
 		return 0, false
 	}
@@ -96,15 +113,13 @@ func (s *signIns) heldOff(client netip.Prefix) (time.Duration, bool) {
 	defer s.mu.Unlock()
 	b := s.buckets[client]
 	if b == nil {
-		// An address not remembered fails into the overflow bucket only while every other
-		// place is taken; until then it has tries of its own, so a guesser who fills the
-		// limiter from many addresses and then leaves locks out nobody.
-		if len(s.buckets) < signInAddressesMax-1 {
+		// An address not remembered spills only while every place is taken; until then it has
+		// tries of its own, so a guesser who fills the limiter from many addresses and then
+		// leaves locks out nobody.
+		if len(s.buckets) < signInAddressesMax {
 			return 0, false
 		}
-		if b = s.buckets[overflow]; b == nil {
-			return 0, false
-		}
+		b = &s.spill[name]
 	}
 	now := s.now()
 	s.refill(b, now)
@@ -114,8 +129,8 @@ func (s *signIns) heldOff(client netip.Prefix) (time.Duration, bool) {
 	return time.Duration((1 - b.tokens) * float64(s.limit.Every)), true
 }
 
-// failed takes one try from client.
-func (s *signIns) failed(client netip.Prefix) {
+// failed takes one try from client, which signed in as the name of spill bucket name.
+func (s *signIns) failed(client netip.Prefix, name int) {
 	if s.limit.Burst < 0 {
 		return
 	}
@@ -124,16 +139,15 @@ func (s *signIns) failed(client netip.Prefix) {
 	now := s.now()
 	b := s.buckets[client]
 	if b == nil {
-		if len(s.buckets) >= signInAddressesMax-1 && now.Sub(s.swept) >= s.limit.Every {
+		if len(s.buckets) >= signInAddressesMax && now.Sub(s.swept) >= s.limit.Every {
 			// At most once per Every: a sweep reads every bucket under the lock, and a guesser
 			// with many addresses must not make each of his failures pay for one.
 			s.swept = now
 			s.forgetRefilled(now)
 		}
-		if len(s.buckets) >= signInAddressesMax-1 { // the last place is the overflow bucket's
-			client = overflow
-		}
-		if b = s.buckets[client]; b == nil {
+		if len(s.buckets) >= signInAddressesMax {
+			b = &s.spill[name]
+		} else {
 			b = &bucket{tokens: float64(s.limit.Burst), last: now}
 			s.buckets[client] = b
 		}

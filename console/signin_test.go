@@ -75,8 +75,8 @@ func TestFailedSignInsCountByIPv6Prefix(t *testing.T) {
 }
 
 // The limiter remembers a bounded number of addresses: past it, those it cannot forget (still
-// short of tries) stay remembered and new addresses share one bucket, so a guesser cannot
-// escape the limit, nor grow the map, by changing address.
+// short of tries) stay remembered and new addresses share a bucket for the name they sign in
+// as, so a guesser cannot escape the limit, nor grow the map, by changing address.
 func TestSignInLimiterIsBounded(t *testing.T) {
 	defer console.SetSignInAddressesMax(4)()
 	h, now := signInConsole(t, console.SignInLimit{Burst: 2, Every: time.Minute})
@@ -91,6 +91,31 @@ func TestSignInLimiterIsBounded(t *testing.T) {
 	require.Equal(t, http.StatusOK, signIn(h, "198.51.100.201:1", alice.Name, alice.Password).StatusCode)
 	signIn(h, "198.51.100.202:1", alice.Name, "guess")
 	require.Equal(t, 1, console.SignInAddresses(h), "the refilled addresses were not forgotten")
+}
+
+// A guesser who keeps the limiter full from many addresses, guessing names that are not a
+// user's, drains only those names' spill bucket: a user signing in from a new address is let
+// in. Guessing a user's name drains that user's bucket alone, and holds off only sign-ins as
+// that user from new addresses.
+func TestAFullLimiterHoldsOffOnlyTheNamesGuessed(t *testing.T) {
+	defer console.SetSignInAddressesMax(4)()
+	h, _ := signInConsole(t, console.SignInLimit{Burst: 2, Every: time.Minute})
+	for i := range 40 {
+		signIn(h, fmt.Sprintf("198.51.100.%d:1", i), fmt.Sprint("admin-", i%3), "guess")
+	}
+	require.Equal(t, 4, console.SignInAddresses(h))
+	require.Equal(t, http.StatusTooManyRequests, signIn(h, "198.51.100.100:1", "root", "guess").StatusCode,
+		"a name that is not a user's escaped the limit from a fresh address")
+	require.Equal(t, http.StatusOK, signIn(h, "198.51.100.101:1", alice.Name, alice.Password).StatusCode,
+		"a guesser who does not know alice's name locked her out")
+
+	for i := range 3 {
+		signIn(h, fmt.Sprintf("198.51.100.%d:1", 110+i), alice.Name, "guess")
+	}
+	require.Equal(t, http.StatusTooManyRequests, signIn(h, "198.51.100.120:1", alice.Name, alice.Password).StatusCode,
+		"guesses at alice's name from fresh addresses escaped the limit")
+	require.Equal(t, http.StatusOK, signIn(h, "198.51.100.2:1", alice.Name, alice.Password).StatusCode,
+		"a remembered address with tries left was held off")
 }
 
 // A negative Burst turns the limit off.
