@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tempotent/tempotent/internal/schema"
 )
 
 // TaskPurge is the task of the worker's purge round (worker.Env.PurgeRound) in the record of
@@ -134,10 +136,12 @@ func (c *Client) LastRun(ctx context.Context, task string) (MaintenanceRun, bool
 }
 
 // purgeFinding is Diagnose's CheckPurge: the purger's last run, and how long ago a purge last
-// succeeded against limit (negative: not checked). No run recorded is ok: a schema no worker has
-// purged yet. A last run that failed is a warning (the next round tries again); no success for
-// longer than limit fails. Runs that never succeeded only warn: nothing records when the first
-// of them was.
+// succeeded against limit (negative: not checked). No run recorded is ok for a schema no worker
+// has purged yet, and fails once a receipt the purge may delete has waited for it longer than
+// limit (two days more on a partitioned table, whose days are dropped whole): nobody
+// purges, or the purger cannot record its runs. A last run that failed is a warning (the next
+// round tries again); no success for longer than limit fails. Runs that never succeeded only
+// warn: nothing records when the first of them was.
 func (c *Client) purgeFinding(ctx context.Context, limit time.Duration) (Finding, error) {
 	run, ok, err := c.LastRun(ctx, TaskPurge)
 	if err != nil {
@@ -145,8 +149,7 @@ func (c *Client) purgeFinding(ctx context.Context, limit time.Duration) (Finding
 	}
 	f := Finding{Level: LevelOK, Check: CheckPurge}
 	if !ok {
-		f.Message = "no purge run recorded yet: each purge round a worker runs is recorded"
-		return f, nil
+		return c.unrecordedPurgeFinding(ctx, f, limit)
 	}
 	f.Run = &run
 	var now time.Time
@@ -179,3 +182,44 @@ func (c *Client) purgeFinding(ctx context.Context, limit time.Duration) (Finding
 	}
 	return f, nil
 }
+
+// unrecordedPurgeFinding is purgeFinding's f when no purge run is recorded: how long the oldest
+// receipt the purge may delete has waited for it, against limit.
+func (c *Client) unrecordedPurgeFinding(ctx context.Context, f Finding, limit time.Duration) (Finding, error) {
+	f.Message = "no purge run recorded yet: each purge round a worker runs is recorded"
+	if limit < 0 {
+		return f, nil
+	}
+	var overdueUS *int64
+	if err := c.scanTimed(ctx, fmt.Sprintf(oldestPurgeable, c.receipts, schema.Purgeable), nil, &overdueUS); err != nil {
+		return Finding{}, fmt.Errorf("read the oldest purgeable receipt: %w", c.explain(err))
+	}
+	if overdueUS == nil {
+		return f, nil
+	}
+	overdue := (time.Duration(*overdueUS) * time.Microsecond).Round(time.Second)
+	allowed := limit
+	switch on, err := c.Partitioned(ctx); {
+	case err != nil:
+		return Finding{}, err
+	case on:
+		allowed += partitionGrace
+	}
+	if overdue > allowed {
+		f.Level = LevelFail
+		f.Message = fmt.Sprintf("no purge run is recorded, and a receipt the purge may delete expired %s ago, longer than %s: "+
+			"is a worker purging (worker.Config.PurgeEvery)? A purger whose role cannot write maintenance_runs purges but records nothing: "+
+			"grant it again (tempotent migrate --print-grants ROLE, migration 009)", overdue, allowed)
+	}
+	return f, nil
+}
+
+// partitionGrace is how much longer than on a plain table a purgeable receipt may wait on a
+// partitioned one: its day is dropped a day after the day's last receipt expires, which is up to
+// a day after the first.
+const partitionGrace = 48 * time.Hour
+
+// oldestPurgeable is how long ago, in microseconds, the oldest receipt that schema.Purgeable
+// (%[2]s) says may go from %[1]s expired, NULL when none may: one probe of the expiry index.
+const oldestPurgeable = `
+SELECT (SELECT (extract(epoch FROM now() - expires_at) * 1e6)::bigint FROM %[1]s WHERE %[2]s ORDER BY expires_at LIMIT 1)`

@@ -135,3 +135,40 @@ func TestDiagnosePurge(t *testing.T) {
 	require.Equal(t, operator.LevelWarn, f.Level, "%+v", f)
 	require.Contains(t, f.Message, "no purge has succeeded yet")
 }
+
+// With no purge run recorded, the purge check fails once a receipt the purge may delete has
+// waited longer than Limits.SincePurge: nobody purges, or the purger cannot record its runs
+// (a role not granted migration 009's table). A receipt still unresolved, however old, is not
+// the purge's to delete and fails nothing.
+func TestDiagnosePurgeWithNoRunRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, op, schema := setupPlain(t, nil)
+	purge := func(lim operator.Limits) operator.Finding {
+		t.Helper()
+		f, ok := diagnosis(t, op, lim)[operator.CheckPurge]
+		require.True(t, ok, "no purge finding")
+		return f
+	}
+	receipt := func(id, state, expired string) {
+		t.Helper()
+		_, err := pgtest.Pool(t).Exec(ctx, `INSERT INTO `+schema+`.receipts (namespace, tenant, operation, id, token, fingerprint,
+	fingerprint_version, state, result, effect_possible, lease_expires_at, completed_at, expires_at)
+VALUES ('ns', '', 'Charge', $1, $1, '\x00', 1, $2, CASE WHEN $2 = 'completed' THEN '\x00'::bytea END, $2 = 'pending',
+	CASE WHEN $2 = 'pending' THEN now() - interval '10 days' END, CASE WHEN $2 = 'completed' THEN now() END, now() - $3::interval)`,
+			id, state, expired)
+		require.NoError(t, err)
+	}
+	receipt("unresolved", "pending", "10 days")
+	receipt("recent", "completed", "1 day")
+	f := purge(operator.Limits{})
+	require.Equal(t, operator.LevelOK, f.Level, "%+v", f)
+	require.Contains(t, f.Message, "no purge run recorded yet")
+
+	receipt("old", "completed", "3 days")
+	f = purge(operator.Limits{})
+	require.Equal(t, operator.LevelFail, f.Level, "%+v", f)
+	require.Regexp(t, `^no purge run is recorded, and a receipt the purge may delete expired 72h0m\ds ago, longer than 48h0m0s: .*migration 009`, f.Message)
+	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: 4 * 24 * time.Hour}).Level)
+	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: -1}).Level, "a negative limit was checked")
+}
