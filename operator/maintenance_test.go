@@ -96,12 +96,7 @@ func TestDiagnosePurge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, op, schema := setupPlain(t, nil)
-	purge := func(lim operator.Limits) operator.Finding {
-		t.Helper()
-		f, ok := diagnosis(t, op, lim)[operator.CheckPurge]
-		require.True(t, ok, "no purge finding")
-		return f
-	}
+	purge := func(lim operator.Limits) operator.Finding { return purgeFinding(t, op, lim) }
 	f := purge(operator.Limits{})
 	require.Equal(t, operator.LevelOK, f.Level)
 	require.Nil(t, f.Run)
@@ -144,12 +139,7 @@ func TestDiagnosePurgeWithNoRunRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, op, schema := setupPlain(t, nil)
-	purge := func(lim operator.Limits) operator.Finding {
-		t.Helper()
-		f, ok := diagnosis(t, op, lim)[operator.CheckPurge]
-		require.True(t, ok, "no purge finding")
-		return f
-	}
+	purge := func(lim operator.Limits) operator.Finding { return purgeFinding(t, op, lim) }
 	receipt := func(id, state, expired string) {
 		t.Helper()
 		_, err := pgtest.Pool(t).Exec(ctx, `INSERT INTO `+schema+`.receipts (namespace, tenant, operation, id, token, fingerprint,
@@ -171,4 +161,12 @@ VALUES ('ns', '', 'Charge', $1, $1, '\x00', 1, $2, CASE WHEN $2 = 'completed' TH
 	require.Regexp(t, `^no purge run is recorded, and a receipt the purge may delete expired 72h0m\ds ago, longer than 48h0m0s: .*migration 009`, f.Message)
 	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: 4 * 24 * time.Hour}).Level)
 	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: -1}).Level, "a negative limit was checked")
+}
+
+// purgeFinding is op's Diagnose finding of CheckPurge under lim.
+func purgeFinding(t *testing.T, op *operator.Client, lim operator.Limits) operator.Finding {
+	t.Helper()
+	f, ok := diagnosis(t, op, lim)[operator.CheckPurge]
+	require.True(t, ok, "no purge finding")
+	return f
 }
