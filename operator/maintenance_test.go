@@ -161,6 +161,14 @@ VALUES ('ns', '', 'Charge', $1, $1, '\x00', 1, $2, CASE WHEN $2 = 'completed' TH
 	require.Regexp(t, `^no purge run is recorded, and a receipt the purge may delete expired 72h0m\ds ago, longer than 48h0m0s: .*migration 009`, f.Message)
 	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: 4 * 24 * time.Hour}).Level)
 	require.Equal(t, operator.LevelOK, purge(operator.Limits{SincePurge: -1}).Level, "a negative limit was checked")
+
+	// A partitioned table drops a day whole, up to two days after its first receipt expired.
+	require.NoError(t, op.Partition(ctx))
+	require.Equal(t, operator.LevelOK, purge(operator.Limits{}).Level, "a partitioned table's day was due before it could be dropped")
+	receipt("older", "completed", "5 days")
+	f = purge(operator.Limits{})
+	require.Equal(t, operator.LevelFail, f.Level, "%+v", f)
+	require.Contains(t, f.Message, "expired 120h0m")
 }
 
 // purgeFinding is op's Diagnose finding of CheckPurge under lim.
