@@ -303,11 +303,12 @@ func (n planNode) String() string {
 // TestBatchStatementsRunOnTheirGenericPlans sends a batch of reservations and one of completions
 // through the store, each from its first execution on a connection, and asks the connection
 // how Postgres ran them: on their generic plans (genericPlan), not planned afresh for the batch,
-// as Postgres left to itself does at every execution of either.
+// as Postgres left to itself does at every execution of either. Partitioned with
+// TEMPOTENT_TEST_PARTITIONED set.
 func TestBatchStatementsRunOnTheirGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := reserveStore(t, Config{})
+	s := layoutStore(t)
 	conn, err := s.db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
