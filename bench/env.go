@@ -32,6 +32,7 @@ const schema = "tempotent_bench"
 type db struct {
 	pool    *pgxpool.Pool
 	counter *pgtest.Counter
+	tracer  *tracer // counter's, which also counts the attempts per receipt statement
 	store   *activity.Store
 	// async is a second pool whose sessions commit asynchronously, for the receipt written by
 	// hand (receiptByHand): its reservation commits as tempotent's does for a deduplicating
@@ -46,8 +47,8 @@ func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
 	}
 	cfg.MaxConns = 80
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = map[bool]string{true: "on", false: "off"}[synchronousCommit]
-	counter := &pgtest.Counter{}
-	cfg.ConnConfig.Tracer = counter
+	tr := newTracer()
+	cfg.ConnConfig.Tracer = tr
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		fatalf("connect: %v", err)
@@ -65,7 +66,7 @@ func openDB(ctx context.Context, url string, synchronousCommit bool) *db {
 	if err != nil {
 		fatalf("connect: %v", err)
 	}
-	return &db{pool: pool, counter: counter, store: store, async: async}
+	return &db{pool: pool, counter: &tr.Counter, tracer: tr, store: store, async: async}
 }
 
 // prepare creates the benchmark schema afresh: the receipts table, a table for bare INSERTs, and

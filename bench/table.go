@@ -41,6 +41,21 @@ func pair(second float64) format {
 	return func(v float64) string { return fmt.Sprintf("%.0f / %.0f", v, second) }
 }
 
+// pairTenths is pair at one decimal: the mean attempts per statement of two kinds.
+func pairTenths(second float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.1f / %.1f", v, second) }
+}
+
+// batchesOf shows a count of batches beside their size.
+func batchesOf(size float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.0f × %.0f", v, size) }
+}
+
+// pairPercent is pair for two shares.
+func pairPercent(second float64) format {
+	return func(v float64) string { return fmt.Sprintf("%.0f%% / %.0f%%", v, second) }
+}
+
 type row struct {
 	section, label, target string
 	decimals               int // the figure is judged at this many decimals

@@ -29,9 +29,11 @@ type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// send sends stmt behind settings (s.sql.settings, settingsAsync or completeBatchSettings), in one round trip
+// send sends stmt behind settings (s.sql.settings, settingsAsync, or a batch statement's own:
+// reserveBatchSettings, reserveBatchSettingsAsync, completeBatchSettings), in one round trip
 // and one implicit transaction, so that the settings — local to that transaction — hold for
-// stmt alone: its lock and statement timeouts, and for an asynchronous reservation its commit.
+// stmt alone: its lock and statement timeouts, for an asynchronous reservation its commit, and
+// for a batch statement its plan (genericPlan).
 // With noSettings, stmt goes alone.
 func (s *Store) send(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.BatchResults {
 	b := &pgx.Batch{}

@@ -40,7 +40,7 @@ var errConnectionLost = errors.New("explore: the connection to Postgres was lost
 func (b *steppedBatcher) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.BatchResults {
 	q := batch.QueuedQueries[len(batch.QueuedQueries)-1]
 	name := b.a.store.statementName(q.SQL)
-	async := batch.QueuedQueries[0].SQL == b.a.store.sql.settingsAsync
+	async := batch.QueuedQueries[0].SQL == b.a.store.sql.settingsAsync || batch.QueuedQueries[0].SQL == b.a.store.sql.reserveBatchSettingsAsync
 	act := b.a.park(name, q.Arguments)
 	if b.a.zombie && act != backendGone && (name == "release" || name == "complete" || name == "completeSkipLocked") {
 		// It still holds the receipt as it records its outcome: no one took over while it

@@ -299,3 +299,46 @@ func (n planNode) String() string {
 	b, _ := json.MarshalIndent(n, "", "  ")
 	return string(b)
 }
+
+// TestBatchStatementsRunOnTheirGenericPlans sends a batch of reservations and one of completions
+// through the store, each from its first execution on a connection, and asks the connection
+// how Postgres ran them: on their generic plans (genericPlan), not planned afresh for the batch,
+// as Postgres left to itself does at every execution of either. Partitioned with
+// TEMPOTENT_TEST_PARTITIONED set.
+func TestBatchStatementsRunOnTheirGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := layoutStore(t)
+	conn, err := s.db.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	s.receipts = conn // every statement on the one connection whose prepared statements are read below
+
+	for _, dedup := range []bool{true, false} { // each of reserveBatch's two settings
+		var reservations []*reserveReq
+		var completions []*completion
+		for i := range 3 {
+			c := reserveCall(t, fmt.Sprint("generic-", dedup, i), dedup)
+			r := &reserveReq{call: c, reservation: newReservation(), lease: time.Minute, done: make(chan struct{})}
+			reservations = append(reservations, r)
+			completions = append(completions, &completion{key: c.Key, reservation: r.reservation, fingerprint: c.Fingerprint,
+				outcome: outcome{state: schema.StateCompleted, result: []byte("1")}, done: make(chan struct{})})
+		}
+		s.reservations.send(reservations)
+		for _, r := range reservations {
+			require.NoError(t, r.err)
+			require.True(t, r.receipt.inserted)
+		}
+		s.completions.send(completions)
+		for _, c := range completions {
+			require.NoError(t, c.err)
+			require.True(t, c.written)
+		}
+	}
+	for name, sql := range map[string]string{"reserveBatch": s.sql.reserveBatch, "completeBatch": s.sql.completeBatch} {
+		var generic, custom int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+			sql).Scan(&generic, &custom), name)
+		require.Equal(t, [2]int64{2, 0}, [2]int64{generic, custom}, "%s: executions on the generic plan, on a plan made for the batch", name)
+	}
+}

@@ -102,10 +102,10 @@ func (q *reservations) send(batch []*reserveReq) {
 		return
 	}
 	s, n := q.store, len(batch)
-	settings := s.sql.settingsAsync
+	settings := s.sql.reserveBatchSettingsAsync
 	for _, r := range batch {
 		if s.reserveSettings(r.call) != s.sql.settingsAsync {
-			settings = s.sql.settings // one reservation that must be durable makes the commit durable
+			settings = s.sql.reserveBatchSettings // one reservation that must be durable makes the commit durable
 		}
 	}
 	got := make([]bool, n)

@@ -94,7 +94,7 @@ func TestReservationBatchAnswersEachAttempt(t *testing.T) {
 	}
 	rec.settings = nil
 	s.reservations.send(batch)
-	require.Equal(t, []string{s.sql.settings}, rec.settings, "a batch with a downstream that does not deduplicate committed asynchronously")
+	require.Equal(t, []string{s.sql.reserveBatchSettings}, rec.settings, "a batch with a downstream that does not deduplicate committed asynchronously")
 	for _, r := range batch {
 		require.NoError(t, r.err, r.call.Key.ID)
 		require.False(t, r.alone, r.call.Key.ID)
@@ -130,7 +130,7 @@ func TestReservationBatchAnswersEachAttempt(t *testing.T) {
 		{call: reserveCall(t, "d", true), reservation: newReservation(), lease: time.Minute, done: make(chan struct{})},
 	}
 	s.reservations.send(more)
-	require.Equal(t, []string{s.sql.settingsAsync}, rec.settings)
+	require.Equal(t, []string{s.sql.reserveBatchSettingsAsync}, rec.settings)
 	require.True(t, more[0].receipt.inserted && more[1].receipt.inserted)
 }
 
