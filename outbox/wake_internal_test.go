@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tempotent/tempotent/internal/pgtest"
@@ -94,6 +95,7 @@ func TestPutOnceWithALostWakeUpIsDeliveredByThePoll(t *testing.T) {
 
 // On a connection inside a transaction the caller opened (BEGIN sent by hand), PutOnce is part
 // of that transaction: it does not commit it to send its wake-up after, and a rollback undoes it.
+// Both kinds of connection PutOnce tells apart: a *pgx.Conn and a pool's *pgxpool.Conn.
 func TestPutOnceOnAConnectionInATransactionLeavesItToTheCaller(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -101,14 +103,29 @@ func TestPutOnceOnAConnectionInATransactionLeavesItToTheCaller(t *testing.T) {
 	conn, err := pgx.Connect(ctx, pgtest.URL())
 	require.NoError(t, err)
 	defer func() { _ = conn.Close(ctx) }()
-	_, err = conn.Exec(ctx, "BEGIN")
+	pooled, err := o.db.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = o.PutOnce(ctx, conn, InboxRecord{Consumer: "webhook/test"}, Message{ID: "m", Topic: "t"})
-	require.NoError(t, err)
-	require.Equal(t, byte('T'), conn.PgConn().TxStatus(), "PutOnce ended the caller's transaction")
-	_, err = conn.Exec(ctx, "ROLLBACK")
-	require.NoError(t, err)
+	defer pooled.Release()
+	for _, c := range []struct {
+		name string
+		db   interface {
+			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+			SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+		}
+		conn *pgconn.PgConn
+	}{
+		{"Conn", conn, conn.PgConn()},
+		{"PoolConn", pooled, pooled.Conn().PgConn()},
+	} {
+		_, err = c.db.Exec(ctx, "BEGIN")
+		require.NoError(t, err)
+		_, err = o.PutOnce(ctx, c.db, InboxRecord{Consumer: "webhook/test"}, Message{ID: c.name, Topic: "t"})
+		require.NoError(t, err, c.name)
+		require.Equal(t, byte('T'), c.conn.TxStatus(), "%s: PutOnce ended the caller's transaction", c.name)
+		_, err = c.db.Exec(ctx, "ROLLBACK")
+		require.NoError(t, err)
+	}
 	var messages int
 	require.NoError(t, o.db.QueryRow(ctx, "SELECT count(*) FROM "+o.table).Scan(&messages))
-	require.Zero(t, messages, "the caller's rollback left the message")
+	require.Zero(t, messages, "the caller's rollback left a message")
 }
