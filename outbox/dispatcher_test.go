@@ -290,6 +290,15 @@ func TestRunWakesOnNotify(t *testing.T) {
 		published, _, _ := r.snapshot()
 		return published["woken"] == 1
 	}, 10*time.Second, 10*time.Millisecond, "Run did not wake on the notification")
+
+	// PutOnce wakes it too, with the wake-up it sends after its commit: the listener is up (it
+	// woke Run above), and the poll is an hour away.
+	_, err := o.PutOnce(ctx, pgtest.Pool(t), outbox.InboxRecord{Consumer: "webhook/test"}, outbox.Message{ID: "woken once", Topic: "t"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		published, _, _ := r.snapshot()
+		return published["woken once"] == 1
+	}, 10*time.Second, 10*time.Millisecond, "Run did not wake on PutOnce's notification")
 }
 
 func TestTopicsFilter(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tempotent/tempotent/internal/schema"
 )
@@ -34,10 +36,18 @@ type Once struct {
 
 // PutOnce writes rec, the record of m.ID, and puts m, in one statement sent in one round trip,
 // unless the record is there already: then it writes nothing and reports the digest the record
-// holds, for the caller to tell a redelivery (the same digest) from a reused ID. On a pool or a
-// connection, the batch is a transaction of its own (pgx sends a batch as one implicit
-// transaction), committed before PutOnce returns: the record and the message are both stored,
-// or neither. webhook.Handler takes its deliveries with it.
+// holds, for the caller to tell a redelivery (the same digest) from a reused ID. On a pool, or a
+// connection outside a transaction, the statement is a transaction of its own, committed before
+// PutOnce returns: the record and the message are both stored, or neither. webhook.Handler takes
+// its deliveries with it.
+//
+// There, the dispatchers' wake-up (unless Config.NoNotify) is a second transaction sent in the
+// same round trip, after the first commits, and committed without waiting for its WAL flush:
+// Postgres holds one lock, shared by the whole server, across a notifying transaction's commit,
+// and a commit that waits for its flush under it serialises every notifying commit on the
+// flushes. A wake-up that fails or is lost (the server or the process stops between the two
+// commits) does not fail PutOnce, whose record and message are committed: the message is
+// delivered at a dispatcher's next poll (DispatcherConfig.Poll) instead of at once.
 //
 // It is inbox.Inbox.Claim followed by Put in one transaction, decided in SQL so that nothing
 // waits on the caller between them:
@@ -52,7 +62,7 @@ type Once struct {
 //     statement with a unique violation: nothing is written, and the next call sees it.
 //
 // db is a *pgxpool.Pool or a *pgx.Conn, or a pgx.Tx: then the batch is part of the caller's
-// transaction, and any error leaves that transaction aborted.
+// transaction, notifies in it as Put does, and any error leaves that transaction aborted.
 func (o *Outbox) PutOnce(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, rec InboxRecord, m Message) (Once, error) {
@@ -65,18 +75,21 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 	digest := m.digest()
 	headers, payload, orderingKey := m.columns()
 
+	// wakeAfter: the batch is its own transaction, so the wake-up can be one of its own after it.
+	wakeAfter := !o.cfg.NoNotify && ownTransaction(db)
 	var once Once
-	var mismatch bool
+	var mismatch, committed bool
 	b := &pgx.Batch{}
 	if orderingKey != nil {
 		b.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "tempotent.outbox."+o.cfg.Schema+"."+m.OrderingKey)
 	}
 	// The transaction's own lock_timeout is kept while the statement runs under the record's,
-	// and put back after it, so that the commit (which waits for NOTIFY's lock) is not bounded.
+	// and put back after it, so that the commit (which, in a caller's transaction, waits for
+	// NOTIFY's lock) is not bounded.
 	b.Queue("SELECT set_config('tempotent.inbox_saved_lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)",
 		lockTimeout(cmp.Or(rec.LockTimeout, 2*time.Second)))
 	b.Queue(o.putOnceStatement(), rec.Consumer, m.ID, rec.Digest, m.Topic, orderingKey, payload, headers, digest,
-		!o.cfg.NoNotify, notifyChannel, o.cfg.Schema).QueryRow(func(row pgx.Row) error {
+		!o.cfg.NoNotify && !wakeAfter, notifyChannel, o.cfg.Schema).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&once.Recorded, &mismatch)
 	})
 	// The lock_timeout is put back, and the record read, by a statement of its own, so that
@@ -87,7 +100,14 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 		var restored string
 		return row.Scan(&restored, &once.Known, &once.Stored)
 	})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
+	if wakeAfter {
+		// The record and the message are committed here, flushed as the caller's commits are;
+		// the wake-up's transaction (an implicit one, up to the batch's Sync) holds NOTIFY's lock
+		// only while its commit record is written, not flushed.
+		b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
+		b.Queue(o.wake, notifyChannel, o.cfg.Schema)
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil && !committed {
 		return Once{}, fmt.Errorf("outbox: put %s once for %s: %w", m.ID, rec.Consumer, schema.Explain(err, o.cfg.Schema))
 	}
 	switch {
@@ -102,6 +122,24 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 	}
 	return Once{}, fmt.Errorf("outbox: put %s once for %s: its record was there and is gone (purged meanwhile); nothing was written, call again",
 		m.ID, rec.Consumer)
+}
+
+// wakeStatement notifies the dispatchers ($1 channel, $2 payload) in a transaction that does not
+// wait for its commit's WAL flush: a wake-up lost to a crash only delays delivery to the poll.
+const wakeStatement = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)"
+
+// ownTransaction reports whether a batch sent on db is a transaction of its own: db is a pool,
+// or a connection that is not in a transaction (a COMMIT in the batch would end the caller's).
+func ownTransaction(db any) bool {
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		return true
+	case *pgxpool.Conn:
+		return db.Conn().PgConn().TxStatus() == 'I'
+	case *pgx.Conn:
+		return db.PgConn().TxStatus() == 'I'
+	}
+	return false
 }
 
 // putOnceStatement writes the record ($1 consumer, $2 ID, $3 digest) and puts the message ($2

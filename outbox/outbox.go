@@ -59,6 +59,7 @@ type Outbox struct {
 	db    *pgxpool.Pool
 	cfg   Config
 	table string // quoted schema.outbox
+	wake  string // PutOnce's wake-up statement: wakeStatement, which tests replace to lose it
 }
 
 // Schema is the Postgres schema of the outbox's table.
@@ -82,7 +83,7 @@ func New(db *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	case c.Retention < 0:
 		return nil, fmt.Errorf("outbox.New: Retention is %s; give a positive duration, or 0 for the default", c.Retention)
 	}
-	return &Outbox{db: db, cfg: c, table: pgx.Identifier{c.Schema, "outbox"}.Sanitize()}, nil
+	return &Outbox{db: db, cfg: c, table: pgx.Identifier{c.Schema, "outbox"}.Sanitize(), wake: wakeStatement}, nil
 }
 
 // Message is one message to deliver.
