@@ -156,3 +156,20 @@ func TestRetryReplayAllocations(t *testing.T) {
 	})
 	require.LessOrEqual(t, allocs, 45.0, "allocations per replay on a retry")
 }
+
+// TestFirstExecutionCompletesAlone: a first execution's two round trips are the reservation
+// behind its settings, then the completion alone, outside a batch (it skips locked rows and runs
+// under writeContext's deadline, so it needs no settings).
+func TestFirstExecutionCompletesAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tr := new(statementTracer)
+	s := tracedStore(t, tr, Config{})
+	tr.take() // the migration's
+	_, err := s.Do(ctx, reserveCall(t, "completes-alone", true), storedResult)
+	require.NoError(t, err)
+	require.Equal(t, []sent{
+		{batch: true, sql: []string{s.sql.settingsAsync, s.sql.reserve}},
+		{sql: []string{s.sql.completeSkipLocked}},
+	}, tr.take())
+}

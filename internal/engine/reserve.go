@@ -192,26 +192,14 @@ func (s *Store) reserveSettings(c Call) string {
 // trip, as lean as a read of one row by its key can be. It returns pgx.ErrNoRows when there is
 // no receipt.
 //
-// No settings go before it (a read waits for no row lock), and it is sent as pgx's QueryRow, not
-// as a batch of one: pgx sends a batch in pipeline mode, which cost 15–20 µs more per read on
-// one connection (bench/NOTEBOOK.md, issue 42 item 4). What bounds it is a deadline of its own
-// (statementContext), as every other receipt statement is bounded: without the settings'
-// statement_timeout, a read behind a table held by DDL would otherwise wait as long as the
-// caller's context lets it.
+// No settings go before it (a read waits for no row lock), so it is sent alone, outside a batch
+// (loneSender). What bounds it is a deadline of its own (statementContext), as every other
+// receipt statement is bounded: without the settings' statement_timeout, a read behind a table
+// held by DDL would otherwise wait as long as the caller's context lets it.
 func (s *Store) readPlain(ctx context.Context, k keys.Key) (receipt, error) {
 	ctx, cancel := s.statementContext(ctx)
 	defer cancel()
-	if q, ok := s.receipts.(rowQuerier); ok {
-		return scanReceipt(q.QueryRow(ctx, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
-	}
 	return scanReceipt(s.queryRow(ctx, s.receipts, noSettings, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
-}
-
-// rowQuerier is a batcher that also sends a lone statement outside a batch: the pool, and a
-// connection DoInNewTx holds. The exploration tests' batchers are not, and see the read as a
-// batch of one.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // readTakeOver reads c's receipt and, where Do would take it over at once, takes it over under
