@@ -51,8 +51,8 @@ const noSettings = ""
 
 // loneSender is a batcher that also sends one statement outside a batch: the pool, and the
 // connection DoInNewTx holds. A statement without settings goes through it as pgx's QueryRow or
-// Exec, not as a batch of one: pgx sends a batch in pipeline mode, whose bookkeeping cost 18
-// allocations more per statement for the same messages on the wire (Bind, Execute, Sync). The
+// Exec, not as a batch of one: pgx sends a batch in pipeline mode, whose bookkeeping cost the
+// replay's lookup 18 allocations more for the same messages on the wire (Bind, Execute, Sync). The
 // exploration tests' batchers are not loneSenders, and see such a statement as a batch of one.
 type loneSender interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
