@@ -46,10 +46,20 @@ func (s *Store) send(ctx context.Context, db batcher, settings, stmt string, arg
 
 // noSettings sends a statement without the settings statement before it, one statement less in
 // its round trip: for statements that never wait for a row lock (a read; a completion that skips
-// locked rows), so lock_timeout is moot, and that run under a deadline of their own (writeContext,
-// whose expiry cancels the statement as statement_timeout would), or are reads that a caller's
-// context bounds.
+// locked rows), so lock_timeout is moot, and that run under a deadline of their own
+// (statementContext or writeContext, whose expiry cancels the statement as statement_timeout
+// would). Such a statement goes alone, outside a batch, where db can send one (loneSender).
 const noSettings = ""
+
+// loneSender is a batcher that also sends one statement outside a batch: the pool, and the
+// connection DoInNewTx holds. A statement without settings goes through it as pgx's QueryRow or
+// Exec, not as a batch of one: pgx sends a batch in pipeline mode, whose bookkeeping cost the
+// replay's lookup 18 allocations more for the same messages on the wire (Bind, Execute, Sync). The
+// exploration tests' batchers are not loneSenders, and see such a statement as a batch of one.
+type loneSender interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
 
 // settled consumes the settings' result, if settings were sent.
 func settled(res pgx.BatchResults, settings string) error {
@@ -66,6 +76,9 @@ func (s *Store) exec(ctx context.Context, stmt string, args ...any) (pgconn.Comm
 }
 
 func (s *Store) execOn(ctx context.Context, db batcher, settings, stmt string, args ...any) (pgconn.CommandTag, error) {
+	if lone, ok := db.(loneSender); ok && settings == noSettings {
+		return lone.Exec(ctx, stmt, args...)
+	}
 	res := s.send(ctx, db, settings, stmt, args...)
 	err := settled(res, settings)
 	var tag pgconn.CommandTag
@@ -80,6 +93,9 @@ func (s *Store) execOn(ctx context.Context, db batcher, settings, stmt string, a
 
 // queryRow runs stmt under settings and returns its one row.
 func (s *Store) queryRow(ctx context.Context, db batcher, settings, stmt string, args ...any) pgx.Row {
+	if lone, ok := db.(loneSender); ok && settings == noSettings {
+		return lone.QueryRow(ctx, stmt, args...)
+	}
 	return settledRow{s.send(ctx, db, settings, stmt, args...), settings}
 }
 

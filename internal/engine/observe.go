@@ -48,12 +48,16 @@ type span struct {
 	span interceptor.TracerSpan
 }
 
+// noSpan is the span of every step when there is no tracer: shared, since end only reads a zero
+// span, and not allocated for each step (a replay has two).
+var noSpan span
+
 // startSpan starts the span of a receipt step on the store's Config.Tracer, as a child of the
 // span in ctx, and returns ctx with the new span in it.
 func (s *Store) startSpan(ctx context.Context, step string, k keys.Key) (context.Context, *span) {
 	t := s.cfg.Tracer
 	if t == nil {
-		return ctx, &span{}
+		return ctx, &noSpan
 	}
 	tags := map[string]string{telemetry.TagToken: k.Token().String(), telemetry.TagOperation: k.Operation}
 	opts := &interceptor.TracerStartSpanOptions{Operation: step, Name: k.Operation, Time: time.Now(), DependedOn: true, Tags: tags}
@@ -62,7 +66,7 @@ func (s *Store) startSpan(ctx context.Context, step string, k keys.Key) (context
 	}
 	sp, err := t.StartSpan(opts)
 	if err != nil {
-		return ctx, &span{} // tracing never fails an attempt
+		return ctx, &noSpan // tracing never fails an attempt
 	}
 	return t.ContextWithSpan(ctx, sp), &span{span: sp}
 }

@@ -50,39 +50,43 @@ type receipt struct {
 }
 
 func scanReceipt(row pgx.Row) (receipt, error) {
-	var (
+	// One value holds the row and every scan target, so that scanning costs one allocation for
+	// them all (pointers passed to Scan escape), and the nullable columns go into pgtype's
+	// values, which pgx fills in place, not into pointers it allocates for each row.
+	var sc struct {
 		r         receipt
 		fp        []byte
-		fpVersion *int16
-		leaseUS   *int64
+		fpVersion pgtype.Int2
+		leaseUS   pgtype.Int8
 		ageUS     int64
-		state     *string
-		compBy    *string
-		compAt    *time.Time
-	)
-	err := row.Scan(&r.inserted, &r.fence, &r.reservation, &fp, &fpVersion, &state, &r.result, &r.failure,
-		&r.errType, &r.errMessage, &leaseUS, &r.effectPossible, &ageUS, &compBy, &compAt)
+		state     pgtype.Text
+		compBy    pgtype.Text
+		compAt    pgtype.Timestamptz
+	}
+	r := &sc.r
+	err := row.Scan(&r.inserted, &r.fence, &r.reservation, &sc.fp, &sc.fpVersion, &sc.state, &r.result, &r.failure,
+		&r.errType, &r.errMessage, &sc.leaseUS, &r.effectPossible, &sc.ageUS, &sc.compBy, &sc.compAt)
 	if err != nil {
-		return r, err
+		return *r, err
 	}
-	if compBy != nil {
-		r.compensatedBy = keys.Token(*compBy)
+	if sc.compBy.Valid {
+		r.compensatedBy = keys.Token(sc.compBy.String)
 	}
-	if compAt != nil {
-		r.compensatedAt = *compAt
+	if sc.compAt.Valid {
+		r.compensatedAt = sc.compAt.Time
 	}
-	if fpVersion != nil {
-		r.fingerprint.Version = *fpVersion
-		copy(r.fingerprint.Sum[:], fp)
+	if sc.fpVersion.Valid {
+		r.fingerprint.Version = sc.fpVersion.Int16
+		copy(r.fingerprint.Sum[:], sc.fp)
 	}
-	if state != nil {
-		r.state = *state
+	if sc.state.Valid {
+		r.state = sc.state.String
 	}
-	if leaseUS != nil {
-		r.lease = time.Duration(*leaseUS) * time.Microsecond
+	if sc.leaseUS.Valid {
+		r.lease = time.Duration(sc.leaseUS.Int64) * time.Microsecond
 	}
-	r.age = time.Duration(ageUS) * time.Microsecond
-	return r, nil
+	r.age = time.Duration(sc.ageUS) * time.Microsecond
+	return *r, nil
 }
 
 // outcome is a final outcome as receipt columns.

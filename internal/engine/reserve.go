@@ -188,10 +188,17 @@ func (s *Store) reserveSettings(c Call) string {
 	return s.sql.settings
 }
 
-// readPlain reads k's receipt with the plain prepared statement alone (noSettings: a read waits
-// for no row lock): a replay's one round trip, as lean as a read of one row by its key can be.
-// It returns pgx.ErrNoRows when there is no receipt.
+// readPlain reads k's receipt with the plain prepared statement alone: a replay's one round
+// trip, as lean as a read of one row by its key can be. It returns pgx.ErrNoRows when there is
+// no receipt.
+//
+// No settings go before it (a read waits for no row lock), so it is sent alone, outside a batch
+// (loneSender). What bounds it is a deadline of its own (statementContext), as every other
+// receipt statement is bounded: without the settings' statement_timeout, a read behind a table
+// held by DDL would otherwise wait as long as the caller's context lets it.
 func (s *Store) readPlain(ctx context.Context, k keys.Key) (receipt, error) {
+	ctx, cancel := s.statementContext(ctx)
+	defer cancel()
 	return scanReceipt(s.queryRow(ctx, s.receipts, noSettings, s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID))
 }
 
