@@ -19,7 +19,7 @@ func TestRouterReadsTheDirectoryOncePerTenantPerMaxStale(t *testing.T) {
 	ctx := context.Background()
 	var trips pgtest.Counter
 	dir := pgtest.CountingPool(t, &trips)
-	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t)})
+	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t), TenantFences: true})
 	require.NoError(t, err)
 	newRouter := func(maxStale time.Duration) *shard.Router {
 		r, err := shard.NewRouter(shard.Config{Directory: dir, Schema: pgtest.Schema(t),
@@ -48,7 +48,7 @@ func TestRouterReadsTheDirectoryOncePerTenantPerMaxStale(t *testing.T) {
 
 // TestConfigNamesTheBadField: each misconfiguration is refused with the field it concerns.
 func TestConfigNamesTheBadField(t *testing.T) {
-	store, err := activity.NewStore(pgtest.Pool(t), nil)
+	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{TenantFences: true})
 	require.NoError(t, err)
 	dir := pgtest.Pool(t)
 	for _, tc := range []struct {
