@@ -50,6 +50,8 @@ func TestRouterReadsTheDirectoryOncePerTenantPerMaxStale(t *testing.T) {
 func TestConfigNamesTheBadField(t *testing.T) {
 	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{TenantFences: true})
 	require.NoError(t, err)
+	unfenced, err := activity.NewStore(pgtest.Pool(t), nil)
+	require.NoError(t, err)
 	dir := pgtest.Pool(t)
 	for _, tc := range []struct {
 		cfg  shard.Config
@@ -61,6 +63,7 @@ func TestConfigNamesTheBadField(t *testing.T) {
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": store, "b": nil}, Default: "a"}, `Config.Shards["b"] is nil`},
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"A b": store}, Default: "A b"}, `shard name "A b"`},
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": store}, Default: "a", MaxStale: -1}, "MaxStale is negative"},
+		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": unfenced}, Default: "a"}, `Config.Shards["a"] was opened without activity.Config.TenantFences`},
 	} {
 		_, err := shard.NewRouter(tc.cfg)
 		require.ErrorContains(t, err, tc.want)
