@@ -52,7 +52,7 @@ func shardRows(ctx context.Context, t *table, rounds int) {
 			fatalf("row 12: %v", err)
 		}
 		defer pool.Close()
-		s, err := activity.NewStore(pool, nil)
+		s, err := activity.NewStore(pool, &activity.Config{TenantFences: true})
 		if err != nil {
 			fatalf("row 12: %v", err)
 		}

@@ -34,5 +34,6 @@ func ExampleGrants() {
 	// GRANT SELECT, INSERT ON TABLE "tempotent"."audit" TO "tempotent_app";
 	// GRANT SELECT, INSERT, UPDATE ON TABLE "tempotent"."maintenance_runs" TO "tempotent_app";
 	// GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "tempotent"."webhook_tallies" TO "tempotent_app";
+	// GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "tempotent"."tenant_fences" TO "tempotent_app";
 	// migrate.Grants: role name "public" is PUBLIC, every role: create a role of its own for the workers (CREATE ROLE tempotent_app LOGIN)
 }

@@ -42,6 +42,8 @@ var runtimeGrants = []tableGrant{
 		"a purge round records its run over the last one (an UPSERT); nothing deletes one"},
 	{"webhook_tallies", "SELECT, INSERT, UPDATE, DELETE",
 		"webhook intakes add their counts (an upsert: INSERT, and UPDATE with SELECT of the count it adds to); the console reads them; purging deletes (FOR UPDATE SKIP LOCKED needs UPDATE)"},
+	{"tenant_fences", "SELECT, INSERT, UPDATE, DELETE",
+		"a sharded store's receipt statements read a tenant's fence; tempotent shard move writes it on the shard a tenant leaves and deletes it on the shard it joins"},
 }
 
 // maxName is the longest identifier Postgres keeps (NAMEDATALEN - 1 bytes); it cuts a longer one

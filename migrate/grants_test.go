@@ -29,6 +29,7 @@ var runtimeModel = map[string][]string{
 	"audit":               {"SELECT", "INSERT"},
 	"maintenance_runs":    {"SELECT", "INSERT", "UPDATE"},
 	"webhook_tallies":     {"SELECT", "INSERT", "UPDATE", "DELETE"},
+	"tenant_fences":       {"SELECT", "INSERT", "UPDATE", "DELETE"},
 }
 
 // runtimeRole migrates a fresh schema as the owner, creates a role, applies the role's grants as

@@ -14,7 +14,8 @@ import (
 
 // copy copies the tenant's receipts from src to dst in one transaction on dst, which first
 // deletes what dst held of the tenant (receipts left there by an earlier move away, or by a copy
-// this one did before a crash), so that dst ends as src's copy. It streams them with COPY: from
+// this one did before a crash), so that dst ends as src's copy, and lifts the tenant's fence
+// there (an earlier move away left it). It streams them with COPY: from
 // a temporary table on src (COPY's query takes no parameters, so the tenant is bound in an
 // INSERT there) to one on dst. Both shards' receipts tables must have the same columns, but for
 // the partition column (commonColumns).
@@ -79,6 +80,10 @@ func (m Move) copy(ctx context.Context, src, dst *pgxpool.Pool, from string) (in
 			return fmt.Errorf("write the tenant's receipts on shard %q: %w", m.To, err)
 		}
 		copied = tag.RowsAffected()
+		// The tenant may have moved away from dst before: its fence there goes with the copy.
+		if _, err := tx.Exec(ctx, "DELETE FROM "+q+".tenant_fences WHERE tenant = $1", m.Tenant); err != nil {
+			return fmt.Errorf("lift the tenant's fence on shard %q: %w", m.To, err)
+		}
 		detail, _ := json.Marshal(map[string]any{"from": from, "to": m.To, "copied": copied})
 		_, err = tx.Exec(ctx, "INSERT INTO "+q+".audit (actor, action, target, reason, detail) VALUES ($1, 'shard.move-in', $2, $3, $4)",
 			m.By, "tenant:"+m.Tenant, m.Reason, detail)

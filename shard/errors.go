@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -12,6 +13,7 @@ import (
 const (
 	ErrTypeTenantMoving = "tempotent.TenantMoving" // *MovingError
 	ErrTypeRoute        = "tempotent.Route"        // *RouteError
+	ErrTypeTenantMoved  = "tempotent.TenantMoved"  // *MovedError
 )
 
 // MovingError is a call refused because its tenant is being moved from one shard to another:
@@ -24,6 +26,41 @@ type MovingError struct {
 
 func (e *MovingError) Error() string {
 	return fmt.Sprintf("tenant %q is being moved from shard %q to %q: retry once the move has switched (tempotent shard move)", e.Tenant, e.From, e.To)
+}
+
+// MovedError is a receipt statement refused by a shard because its tenant has moved away from
+// it (Move fenced the tenant there; the store was opened with activity.Config.TenantFences):
+// the caller was handed the old shard's store before the move and reached it after. Nothing was
+// written: the statement, and the transaction it was in (DoInNewTx's, with its business
+// writes), failed. Look the tenant's route up again (Router.Forget, then Router.Store) and retry
+// on its new shard, where its receipts were copied; Register and RegisterTx do so themselves.
+// It is retryable.
+type MovedError struct {
+	Tenant, To string
+	Err        error
+}
+
+func (e *MovedError) Error() string {
+	return fmt.Sprintf("tenant %q has moved to shard %q: this shard refuses its receipts; look its shard up again (shard.Router.Forget, shard.Router.Store) and retry there: %v", e.Tenant, e.To, e.Err)
+}
+func (e *MovedError) Unwrap() error { return e.Err }
+
+// sqlstateTenantMoved is what the shard's fence check raises (migration 012's tenant_moved),
+// with the tenant's new shard as its detail.
+const sqlstateTenantMoved = "TT001"
+
+// AsMoved returns err as a *MovedError of tenant if it is, or wraps, a shard's refusal of a
+// moved tenant's receipt statement.
+func AsMoved(err error, tenant string) (*MovedError, bool) {
+	var moved *MovedError
+	if errors.As(err, &moved) {
+		return moved, true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateTenantMoved {
+		return &MovedError{Tenant: tenant, To: pgErr.Detail, Err: err}, true
+	}
+	return nil, false
 }
 
 // RouteError is a tenant's shard that could not be known: the directory did not answer, or
@@ -42,11 +79,14 @@ func (e *RouteError) Unwrap() error { return e.Err }
 func toTemporal(err error) error {
 	var (
 		moving *MovingError
+		moved  *MovedError
 		route  *RouteError
 	)
 	switch {
 	case errors.As(err, &moving):
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeTenantMoving, err)
+	case errors.As(err, &moved):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeTenantMoved, err)
 	case errors.As(err, &route):
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeRoute, err)
 	}

@@ -39,7 +39,7 @@ func exampleShard(ctx context.Context, name string) (*activity.Store, *pgxpool.P
 	if err != nil {
 		panic(err)
 	}
-	store, err := activity.NewStore(pool, nil)
+	store, err := activity.NewStore(pool, &activity.Config{TenantFences: true})
 	if err != nil {
 		panic(err)
 	}

@@ -22,18 +22,27 @@ import (
 // any point carries on from there:
 //
 //  1. fence: the directory marks the tenant moving (tenants.moving_to); every Router refuses
-//     the tenant's calls, retryably (MovingError), once it has read the mark;
-//  2. wait MaxStale after the fence, so that no Router still uses what it read before it;
-//  3. drain: wait until none of the tenant's receipts on the old shard is pending (an attempt
-//     that reserved before the fence has finished; one that crashed is settled by hand, see
-//     the command's output);
-//  4. copy the tenant's receipts to the new shard, replacing any it had there, in one
-//     transaction with an audit record: a retry after the move replays what the old shard
-//     recorded instead of acting again;
-//  5. switch: the directory puts the tenant on the new shard and lifts the fence.
+//     the tenant's calls, retryably (MovingError), once it has read the mark. The old shard
+//     records the tenant's fence too (its tenant_fences, draining): from then on it refuses
+//     every statement that would start an attempt of the tenant (reserve, take over,
+//     DoInNewTx's receipt) with a MovedError, whatever store a worker was handed and when; the
+//     move then waits for every transaction that held a lock on the receipts table when the
+//     fence committed (the barrier), so that none that began before it writes later;
+//  2. wait MaxStale after the fence, so that fewer calls meet the shard's refusal;
+//  3. drain: wait until none of the tenant's receipts on the old shard is pending under a
+//     live lease (an attempt that reserved before the fence has finished; its completion is
+//     still accepted);
+//  4. seal: the old shard's fence refuses every receipt statement of the tenant, completions,
+//     releases, heartbeats and reads too, and the barrier again;
+//  5. copy the tenant's receipts to the new shard, replacing any it had there and lifting any
+//     fence it had for the tenant, in one transaction with an audit record: a retry after the
+//     move replays what the old shard recorded instead of acting again. Nothing of the tenant's
+//     is written on the old shard after the seal, so the copy misses nothing;
+//  6. switch: the directory puts the tenant on the new shard and lifts the fence.
 //
-// The receipts stay on the old shard too, unread, until its purge removes them. A move of a
-// tenant already moving to another shard is refused: finish that one first.
+// The receipts stay on the old shard too, refused, until its purge removes them; so does its
+// fence, until the tenant moves back. A move of a tenant already moving to another shard is
+// refused: finish that one first.
 type Move struct {
 	// Directory is the directory's pool, and Schema its schema (default SchemaDefault).
 	Directory *pgxpool.Pool
@@ -45,8 +54,9 @@ type Move struct {
 	ReceiptsSchema string
 	// Tenant is moved to the shard named To.
 	Tenant, To string
-	// MaxStale is the wait after the fence: at least the largest Config.MaxStale of the workers'
-	// Routers. Default MaxStaleDefault.
+	// MaxStale is the wait after the fence, so that few calls meet the old shard's refusal: the
+	// largest Config.MaxStale of the workers' Routers. The old shard's own fence, not this
+	// wait, keeps a late worker from writing there. Default MaxStaleDefault.
 	MaxStale time.Duration
 	// Poll is how often the drain looks again for pending receipts. Default a second.
 	Poll time.Duration
@@ -109,6 +119,9 @@ func (m Move) Run(ctx context.Context) (MoveResult, error) {
 	if src == nil {
 		return res, fmt.Errorf("tenant %q is on shard %q, whose database was not given; give it too", m.Tenant, from)
 	}
+	if err := m.fenceShard(ctx, src, from, false); err != nil {
+		return res, err
+	}
 	failpoint.Hit(failpoint.AfterFence)
 	if wait := m.MaxStale - fencedAgo; wait > 0 {
 		fmt.Fprintf(m.Log, "waiting %s for every worker to see the fence (max stale %s)\n", wait.Round(time.Millisecond), m.MaxStale)
@@ -117,6 +130,9 @@ func (m Move) Run(ctx context.Context) (MoveResult, error) {
 		}
 	}
 	if err := m.drain(ctx, src, from); err != nil {
+		return res, err
+	}
+	if err := m.fenceShard(ctx, src, from, true); err != nil {
 		return res, err
 	}
 	if res.Copied, err = m.copy(ctx, src, m.Shards[m.To], from); err != nil {
@@ -195,6 +211,55 @@ func (m Move) drain(ctx context.Context, src *pgxpool.Pool, from string) error {
 			fmt.Fprintf(m.Log, "waiting for %d receipts of tenant %q on shard %q whose attempts are running (the oldest reserved at %s); those whose leases ended are moved as they are\n",
 				n, m.Tenant, from, oldest.UTC().Format(time.RFC3339))
 			last = n
+		}
+		if err := sleep(ctx, m.Poll); err != nil {
+			return err
+		}
+	}
+}
+
+// fenceShard records the tenant's fence on its old shard, draining or sealed (see Move's steps
+// 1 and 4), and returns once every transaction that could still write the tenant's receipts
+// there without seeing the fence has ended. Run again, it writes the same fence: a sealed fence
+// stays sealed.
+func (m Move) fenceShard(ctx context.Context, src *pgxpool.Pool, from string, sealed bool) error {
+	q := pgx.Identifier{m.ReceiptsSchema}.Sanitize()
+	_, err := src.Exec(ctx, "INSERT INTO "+q+`.tenant_fences AS f (tenant, moved_to, sealed, moved_by) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant) DO UPDATE SET moved_to = excluded.moved_to, sealed = f.sealed OR excluded.sealed, fenced_at = now(), moved_by = excluded.moved_by`,
+		m.Tenant, m.To, sealed, m.By)
+	if err != nil {
+		return fmt.Errorf("fence tenant %q on shard %q: %w; is its schema migrated (tempotent migrate, migration 012)?", m.Tenant, from, err)
+	}
+	return m.barrier(ctx, src, from)
+}
+
+// barrier waits until every transaction that holds a lock on the old shard's receipts table now,
+// just after the fence committed, has ended. Race: a receipt statement whose snapshot was taken
+// before the fence committed does not see it, and may write after it; but a statement takes its
+// table's lock before its snapshot (Postgres locks a statement's tables when it binds or plans
+// it, and a READ COMMITTED statement takes its snapshot after), and keeps it to the end of its
+// transaction, so every such statement is in one of these transactions. Those that began later
+// see the fence. It waits for them, not for the table (no lock is taken: the shard's other
+// tenants go on), as CREATE INDEX CONCURRENTLY waits for the transactions before it.
+func (m Move) barrier(ctx context.Context, src *pgxpool.Pool, from string) error {
+	table := pgx.Identifier{m.ReceiptsSchema, "receipts"}.Sanitize()
+	var before []string
+	err := src.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+WHERE locktype = 'relation' AND relation = to_regclass($1) AND pid <> pg_backend_pid()
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, table).Scan(&before)
+	if err != nil {
+		return fmt.Errorf("list the transactions on shard %q that may not see the tenant's fence: %w", from, err)
+	}
+	for logged := false; ; logged = true {
+		var left int
+		if err := src.QueryRow(ctx, "SELECT count(DISTINCT virtualtransaction) FROM pg_locks WHERE virtualtransaction = ANY($1)", before).Scan(&left); err != nil {
+			return fmt.Errorf("wait for the transactions on shard %q that may not see the tenant's fence: %w", from, err)
+		}
+		if left == 0 {
+			return nil
+		}
+		if !logged {
+			fmt.Fprintf(m.Log, "waiting for %d transactions on shard %q that began before the tenant's fence\n", left, from)
 		}
 		if err := sleep(ctx, m.Poll); err != nil {
 			return err

@@ -25,12 +25,9 @@ func Register[In, Out any](w worker.ActivityRegistry, r *Router, name string, fn
 		return fmt.Errorf("shard.Register %q: fn is nil", name)
 	}
 	return register(w, r, name, opts, func(ctx context.Context, in In) (Out, error) {
-		c, s, err := r.call(ctx, opts, in)
-		if err != nil {
-			var zero Out
-			return zero, err
-		}
-		return activity.Do(ctx, s, c, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		return routed(ctx, r, opts, in, func(s *activity.Store, c activity.Call) (Out, error) {
+			return activity.Do(ctx, s, c, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		})
 	})
 }
 
@@ -42,13 +39,37 @@ func RegisterTx[In, Out any](w worker.ActivityRegistry, r *Router, name string, 
 		return fmt.Errorf("shard.RegisterTx %q: fn is nil", name)
 	}
 	return register(w, r, name, opts, func(ctx context.Context, in In) (Out, error) {
+		return routed(ctx, r, opts, in, func(s *activity.Store, c activity.Call) (Out, error) {
+			return activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (Out, error) { return fn(ctx, tx, in) })
+		})
+	})
+}
+
+// movedRetries is how many times one execution looks its tenant's route up again after a shard
+// refused it as moved (a *MovedError): once is enough unless the tenant moves again meanwhile.
+const movedRetries = 3
+
+// routed runs do on the store of the tenant's shard. When the shard refuses the tenant as moved
+// away (the Router's answer predates a move), nothing was written there: it forgets the answer and
+// runs do again on the shard the directory names now, where the tenant's receipts were copied, so
+// that the retry replays what the old shard recorded or reserves afresh, never both.
+func routed[Out any](ctx context.Context, r *Router, opts activity.Options, in any, do func(*activity.Store, activity.Call) (Out, error)) (Out, error) {
+	for try := 1; ; try++ {
 		c, s, err := r.call(ctx, opts, in)
 		if err != nil {
 			var zero Out
 			return zero, err
 		}
-		return activity.DoInNewTx(ctx, s, c, func(ctx context.Context, tx pgx.Tx) (Out, error) { return fn(ctx, tx, in) })
-	})
+		out, err := do(s, c)
+		moved, ok := AsMoved(err, c.Key.Tenant)
+		if !ok {
+			return out, err
+		}
+		r.Forget(c.Key.Tenant)
+		if try == movedRetries {
+			return out, toTemporal(moved)
+		}
+	}
 }
 
 // call builds the execution's Call as activity.Register does and finds its tenant's store.

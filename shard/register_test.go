@@ -36,10 +36,7 @@ func chargeWorkflow(ctx workflow.Context, order string) (string, error) {
 // registered through r.
 func runWorkflow(t *testing.T, r *shard.Router, tenant string) (string, error) {
 	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
-	env.SetContextPropagators([]workflow.ContextPropagator{keys.TenantPropagator()})
+	env := newEnv()
 	env.RegisterWorkflow(chargeWorkflow)
 	require.NoError(t, shard.Register(env, r, "Charge", func(ctx context.Context, order string) (string, error) {
 		return "charged " + order, nil
@@ -48,14 +45,29 @@ func runWorkflow(t *testing.T, r *shard.Router, tenant string) (string, error) {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger VALUES ($1, $2)", keys.TenantFrom(ctx), order)
 		return struct{}{}, err
 	}, activity.Options{}))
+	return executeAs(t, env, tenant, chargeWorkflow, "order-1")
+}
+
+// newEnv is a test environment with tempotent's interceptor and the tenant's propagator.
+func newEnv() *testsuite.TestWorkflowEnvironment {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activity.NewInterceptor()}})
+	env.SetContextPropagators([]workflow.ContextPropagator{keys.TenantPropagator()})
+	return env
+}
+
+// executeAs runs wf(order) on env under tenant and returns its result.
+func executeAs(t *testing.T, env *testsuite.TestWorkflowEnvironment, tenant string, wf func(workflow.Context, string) (string, error), order string) (string, error) {
+	t.Helper()
 	h := map[string]*commonpb.Payload{}
 	require.NoError(t, keys.TenantPropagator().Inject(keys.WithTenant(context.Background(), tenant), headerWriter(h)))
 	env.SetHeader(&commonpb.Header{Fields: h})
-	env.ExecuteWorkflow(chargeWorkflow, "order-1")
-	var out string
+	env.ExecuteWorkflow(wf, order)
 	if err := env.GetWorkflowError(); err != nil {
 		return "", err
 	}
+	var out string
 	require.NoError(t, env.GetWorkflowResult(&out))
 	return out, nil
 }

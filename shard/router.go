@@ -20,8 +20,8 @@ const (
 	// SchemaDefault is the directory's Postgres schema.
 	SchemaDefault = "tempotent_shard"
 	// MaxStaleDefault is how long a Router uses what it read of a tenant's shard. The move
-	// command waits as long after its fence (tempotent shard move --max-stale): a Router
-	// configured longer than the command's wait can act on the old shard after the move.
+	// command waits as long after its fence (tempotent shard move --max-stale), so that few
+	// calls meet the old shard's refusal (see Config.MaxStale).
 	MaxStaleDefault = 5 * time.Second
 	// cacheLimit bounds how many tenants a Router remembers; past it, it forgets them all.
 	cacheLimit = 100_000
@@ -43,11 +43,16 @@ const (
 //   - MaxStale: how long a tenant's shard, once read from the directory, is used without
 //     reading it again; past it, a call that cannot read the directory fails (retryably)
 //     rather than use an older answer. Default MaxStaleDefault. It bounds how long after a
-//     move's fence a worker may still be handed the old shard's store: give the move command
-//     at least the largest MaxStale of your workers. It does not bound when that worker's
-//     reservation reaches the old shard (a pool wait, the authorization hook and a retry's
-//     lookup come between): give the move command's --max-stale room for those too, since a
-//     reservation that lands after the move's copy is not moved (see Move).
+//     move's fence a worker may still be handed the old shard's store; it is not what keeps a
+//     retry after the move from acting twice. The old shard does that itself: from the move's
+//     fence its receipt statements refuse the tenant's new attempts, and from just before the
+//     copy all of the tenant's receipt statements, with a MovedError (see Move), however late
+//     a worker handed the old store before the move arrives there (a longer MaxStale, a pool
+//     wait, the authorization hook). Register and RegisterTx then look the route up again and
+//     run on the new shard. Giving the move command's --max-stale at least the workers'
+//     MaxStale only makes such refusals rarer.
+//   - Every store in Shards must be opened with activity.Config.TenantFences, on a database
+//     migrated to migration 012; NewRouter refuses one without it.
 type Config struct {
 	Directory *pgxpool.Pool
 	Schema    string
@@ -78,6 +83,9 @@ func (c Config) Validate() error {
 	for name, s := range c.Shards {
 		if s == nil {
 			return fmt.Errorf("shard.Config.Shards[%q] is nil; give each shard an activity.Store", name)
+		}
+		if !s.Config().TenantFences {
+			return fmt.Errorf("shard.Config.Shards[%q] was opened without activity.Config.TenantFences; open every shard's store with it (and migrate it: migration 012), so that a worker handed this shard's store before a move cannot write a receipt here after the move", name)
 		}
 		if err := validName(name); err != nil {
 			return fmt.Errorf("shard.Config.Shards: %w", err)
@@ -136,6 +144,15 @@ func (r *Router) Store(ctx context.Context, tenant string) (*activity.Store, err
 		return nil, &RouteError{Tenant: tenant, Err: fmt.Errorf("the directory puts it on shard %q, which this worker does not know (it knows %v); add the shard to shard.Config.Shards", rt.shard, shardNames(r.cfg.Shards))}
 	}
 	return s, nil
+}
+
+// Forget drops what the Router read of tenant's shard: its next call reads the directory again.
+// Call it on a *MovedError (Register and RegisterTx do), which says the answer in hand is out of
+// date.
+func (r *Router) Forget(tenant string) {
+	r.mu.Lock()
+	delete(r.cache, tenant)
+	r.mu.Unlock()
 }
 
 func (r *Router) route(ctx context.Context, tenant string) (route, error) {

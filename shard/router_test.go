@@ -19,7 +19,7 @@ func TestRouterReadsTheDirectoryOncePerTenantPerMaxStale(t *testing.T) {
 	ctx := context.Background()
 	var trips pgtest.Counter
 	dir := pgtest.CountingPool(t, &trips)
-	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t)})
+	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{Schema: pgtest.Schema(t), TenantFences: true})
 	require.NoError(t, err)
 	newRouter := func(maxStale time.Duration) *shard.Router {
 		r, err := shard.NewRouter(shard.Config{Directory: dir, Schema: pgtest.Schema(t),
@@ -48,7 +48,9 @@ func TestRouterReadsTheDirectoryOncePerTenantPerMaxStale(t *testing.T) {
 
 // TestConfigNamesTheBadField: each misconfiguration is refused with the field it concerns.
 func TestConfigNamesTheBadField(t *testing.T) {
-	store, err := activity.NewStore(pgtest.Pool(t), nil)
+	store, err := activity.NewStore(pgtest.Pool(t), &activity.Config{TenantFences: true})
+	require.NoError(t, err)
+	unfenced, err := activity.NewStore(pgtest.Pool(t), nil)
 	require.NoError(t, err)
 	dir := pgtest.Pool(t)
 	for _, tc := range []struct {
@@ -61,6 +63,7 @@ func TestConfigNamesTheBadField(t *testing.T) {
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": store, "b": nil}, Default: "a"}, `Config.Shards["b"] is nil`},
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"A b": store}, Default: "A b"}, `shard name "A b"`},
 		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": store}, Default: "a", MaxStale: -1}, "MaxStale is negative"},
+		{shard.Config{Directory: dir, Shards: map[string]*activity.Store{"a": unfenced}, Default: "a"}, `Config.Shards["a"] was opened without activity.Config.TenantFences`},
 	} {
 		_, err := shard.NewRouter(tc.cfg)
 		require.ErrorContains(t, err, tc.want)

@@ -40,7 +40,7 @@ func twoShards(t *testing.T) *shards {
 		pool, err := pgxpool.New(ctx, pgtest.Cluster(t))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		store, err := activity.NewStore(pool, nil)
+		store, err := activity.NewStore(pool, &activity.Config{TenantFences: true})
 		require.NoError(t, err)
 		require.NoError(t, store.Migrate(ctx))
 		s.pools[name], s.stores[name] = pool, store
@@ -147,13 +147,7 @@ func TestRetryAfterMoveReplays(t *testing.T) {
 	}()
 	<-hold
 
-	log := make(lines, 64)
-	moved := make(chan error, 1)
-	go func() {
-		_, err := s.move("acme", "b", log).Run(ctx)
-		close(log)
-		moved <- err
-	}()
+	log, moved := s.startMove(ctx, "acme", "b")
 	log.await(t, "waiting for 1 receipts")
 
 	_, err := charge(ctx, r, "acme", "order-2", &effects, nil)
@@ -183,6 +177,19 @@ func TestMoveAgainIsANoOp(t *testing.T) {
 	res, err = s.move("acme", "b", &bytes.Buffer{}).Run(context.Background())
 	require.NoError(t, err)
 	require.True(t, res.Already)
+}
+
+// startMove runs a move of tenant to shard to in the background: its log, line by line (closed
+// when it ends), and its error.
+func (s *shards) startMove(ctx context.Context, tenant, to string) (lines, <-chan error) {
+	log := make(lines, 64)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := s.move(tenant, to, log).Run(ctx)
+		close(log)
+		moved <- err
+	}()
+	return log, moved
 }
 
 // lines is a move's log: each line it writes, in order, to be awaited.

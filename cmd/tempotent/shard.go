@@ -41,9 +41,11 @@ func (a *app) shardFlags(name, args, about string) *shardFlags {
 
 func (a *app) shardMove(ctx context.Context, args []string) error {
 	f := a.shardFlags("shard move", "", `Moves a tenant's receipts to another shard, "drain, then switch": it fences the tenant (every
-worker's shard.Router refuses its calls, retryably, once it has read the fence), waits
---max-stale for every worker to see it, waits until none of the tenant's receipts on its shard is
-pending, copies its receipts to the new shard (a retry after the move replays them) and switches
+worker's shard.Router refuses its calls, retryably, once it has read the fence; the old shard's
+own fence, in its tenant_fences table, refuses the tenant's new attempts there whatever a worker
+read), waits --max-stale for every worker to see it, waits until none of the tenant's receipts
+on its shard is pending, seals the old shard's fence (it refuses every receipt statement of the
+tenant), copies its receipts to the new shard (a retry after the move replays them) and switches
 the directory. Each step is recorded before the next: if the command is stopped or killed, run
 it again with the same flags and it carries on. --database-url is the directory's database;
 give each shard's receipts database with --shard NAME=URL (the tenant's shard and --to).`)
@@ -51,7 +53,7 @@ give each shard's receipts database with --shard NAME=URL (the tenant's shard an
 	var wait time.Duration
 	f.StringVar(&m.Tenant, "tenant", "", "the tenant to move (required)")
 	f.StringVar(&m.To, "to", "", "the shard to move it to (required)")
-	f.DurationVar(&m.MaxStale, "max-stale", shard.MaxStaleDefault, "the wait after the fence: at least the largest shard.Config.MaxStale of the workers")
+	f.DurationVar(&m.MaxStale, "max-stale", shard.MaxStaleDefault, "the wait after the fence, so that few calls meet the old shard's refusal: the largest shard.Config.MaxStale of the workers")
 	f.DurationVar(&m.Poll, "poll", time.Second, "how often to look again for the tenant's pending receipts")
 	f.DurationVar(&wait, "wait", 10*time.Minute, "give up (the tenant stays fenced; run again to finish) after this long")
 	f.StringVar(&m.By, "by", defaultBy(), "who moves it")

@@ -36,7 +36,7 @@ func TestShardMoveKilledMidwayIsFinishedByARerun(t *testing.T) {
 		pool, err := pgxpool.New(ctx, url)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		s, err := activity.NewStore(pool, nil)
+		s, err := activity.NewStore(pool, &activity.Config{TenantFences: true})
 		require.NoError(t, err)
 		require.NoError(t, s.Migrate(ctx))
 		stores[name], pools[name] = s, pool

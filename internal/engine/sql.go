@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // statements holds the receipt SQL rendered for one table. Every value is a bind parameter; the
 // table name was quoted with pgx.Identifier.Sanitize. Parameters $1–$4 are always the key:
@@ -74,7 +77,53 @@ const stillPending = `(state || '') = 'pending'`
 // that the settings force them.
 const genericPlan = `, set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-func newStatements(table string) statements {
+// fences are the names a store with Config.TenantFences checks its tenants' fences by, quoted:
+// the tenant_fences table and the tenant_moved function (migration 012). The zero value is a
+// store that does not check: its statements are exactly those of a store before fences.
+type fences struct{ table, refuse string }
+
+// fenced returns the clause (to follow a condition, "AND …") that refuses the statement when
+// tenant (an expression: $2, or a batch row's column) is fenced on this shard, in phase any
+// (draining or sealed) or only once sealed; "" for a store without fences. Race: a move that
+// fences the tenant after this statement's snapshot is not seen here; the move waits for every
+// transaction that holds a lock on the receipts table when its fence commits (Move's barrier),
+// and a statement takes that lock before its snapshot, so the move copies nothing such a
+// statement has not yet written. The subquery finds a row only for a fenced tenant (one probe of
+// the table's primary key, a table of one row per tenant that ever moved away), and only then
+// calls tenant_moved, which raises SQLSTATE TT001: the statement and its transaction fail, and
+// the caller (shard.Register) looks the route up again. A subquery without the batch's columns
+// is planned as a one-time filter, evaluated once per statement whether or not a row matches.
+func (f fences) fenced(tenant string, sealedOnly bool) string {
+	if f.table == "" {
+		return ""
+	}
+	sealed := ""
+	if sealedOnly {
+		sealed = " AND f.sealed"
+	}
+	return fmt.Sprintf(" AND (SELECT %s(f.tenant, f.moved_to) FROM %s AS f WHERE f.tenant = %s%s) IS NULL", f.refuse, f.table, tenant, sealed)
+}
+
+// where is fenced as a WHERE clause of its own, on a line of its own; "" without fences.
+func (f fences) where(tenant string, sealedOnly bool) string {
+	c := f.fenced(tenant, sealedOnly)
+	if c == "" {
+		return ""
+	}
+	return "\n\tWHERE" + strings.TrimPrefix(c, " AND")
+}
+
+// The two phases of a fence that a statement checks (see fences.fenced). A statement that starts
+// an attempt, or reads a receipt to start one (reserve, take over, DoInNewTx's final insert), is
+// refused from the move's first step (draining): the move then waits for the attempts already
+// running, and those go on and complete. A statement of an attempt already running (complete,
+// release, extend) or a plain read is refused once the fence is sealed, right before the copy.
+const (
+	anyPhase   = false
+	sealedOnly = true
+)
+
+func newStatements(table string, f fences) statements {
 	return statements{
 		// settings go in the same round trip and implicit transaction as each receipt statement
 		// (see Store.send), local to that transaction: a lock wait or a stuck statement fails
@@ -109,12 +158,12 @@ func newStatements(table string) statements {
 		// (the attempt's lease, in milliseconds) before the server ends it and frees its locks.
 		txSettings: `SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`,
 
-		reserve:      reserve(table),
-		reserveBatch: reserveBatch(table),
+		reserve:      reserve(table, f),
+		reserveBatch: reserveBatch(table, f),
 
 		read: fmt.Sprintf(`SELECT false, %[2]s FROM %[1]s AS r %[3]s
-WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)`,
-			table, receiptColumns, fmt.Sprintf(compensatedBy, table)),
+WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)%[4]s`,
+			table, receiptColumns, fmt.Sprintf(compensatedBy, table), f.fenced("$2", sealedOnly)),
 		// readItems reads the finished receipts among a batch's items ($4, their IDs): ForEach's
 		// one round trip for a whole batch. Each item is looked up by its whole key on its own,
 		// in a subquery the planner keeps apart (OFFSET 0), as reserveBatch does. Written as
@@ -129,13 +178,13 @@ WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)`,
 		// CompensatedError). An item's own receipt is never a compensation's forward step.
 		readItems: fmt.Sprintf(`SELECT item.id, false, r.* FROM unnest($4::text[]) AS item(id) CROSS JOIN LATERAL (
 	SELECT %[2]s FROM %[1]s AS r CROSS JOIN (SELECT NULL::text AS compensation_token, NULL::timestamptz AS compensated_at) AS comp
-	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, item.id) AND r.state IN ('completed', 'failed')
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, item.id) AND r.state IN ('completed', 'failed')%[3]s
 	OFFSET 0) AS r
 UNION ALL
 (SELECT NULL, false, 0::bigint, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::text,
 	NULL::bigint, false, 0::bigint, c.token, c.completed_at
 FROM %[1]s AS c WHERE c.compensates = $5 AND c.state = 'completed' LIMIT 1)`,
-			table, receiptColumns),
+			table, receiptColumns, f.fenced("$2", sealedOnly)),
 
 		// takeOver claims a pending receipt whose lease has ended, under a new reservation $6,
 		// and returns the receipt's age as of the takeover, which decides whether the token may
@@ -149,8 +198,8 @@ UPDATE %[1]s SET reservation = $6, fence = fence + 1, attempts = attempts + 1, e
 	expires_at = now() + $7::bigint * interval '1 microsecond' + $8::bigint * interval '1 microsecond',
 	updated_at = now()
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
-	AND reservation IS NOT DISTINCT FROM $5 AND %[2]s AND lease_expires_at <= now()
-RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, table, stillPending),
+	AND reservation IS NOT DISTINCT FROM $5 AND %[2]s AND lease_expires_at <= now()%[3]s
+RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, table, stillPending, f.fenced("$2", anyPhase)),
 
 		// readTakeOver is read and takeOver in one statement, for the retry of a call that runs
 		// again safely (a Batch activity's own receipt, Call.runsAgain), which more often finds
@@ -166,7 +215,7 @@ RETURNING fence, (extract(epoch FROM now() - created_at) * 1000000)::bigint`, ta
 		readTakeOver: fmt.Sprintf(`
 WITH cur AS (
 	SELECT %[2]s FROM %[1]s AS r %[3]s
-	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)%[4]s
 ), taken AS (
 	UPDATE %[1]s AS r SET reservation = $5, fence = r.fence + 1, attempts = r.attempts + 1, effect_possible = true,
 		lease_expires_at = now() + $6::bigint * interval '1 microsecond',
@@ -178,7 +227,8 @@ WITH cur AS (
 		AND r.fingerprint = $8 AND r.fingerprint_version = $9 AND cur.compensation_token IS NULL AND $10::boolean
 	RETURNING r.fence
 )
-SELECT taken.fence, false, cur.* FROM cur LEFT JOIN taken ON true`, table, receiptColumns, fmt.Sprintf(compensatedBy, table)),
+SELECT taken.fence, false, cur.* FROM cur LEFT JOIN taken ON true`, table, receiptColumns, fmt.Sprintf(compensatedBy, table),
+			f.fenced("$2", anyPhase)),
 
 		// complete records one attempt's outcome. Race: an attempt that was taken over (paused
 		// past its lease, timed out while still running, or holding a reservation that was lost)
@@ -192,7 +242,7 @@ UPDATE %[1]s SET state = $8, result = $9, failure = $10, error_type = $11, error
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
 	expires_at = greatest(expires_at, now() + $13::bigint * interval '1 microsecond')
 WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
-	AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND %[2]s`, table, stillPending),
+	AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND %[2]s%[3]s`, table, stillPending, f.fenced("$2", sealedOnly)),
 
 		// completeSkipLocked is complete for the writer of a batch of one: a row locked
 		// elsewhere is skipped rather than waited for, so that the completions queued behind it
@@ -201,13 +251,13 @@ WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
 WITH target AS (
 	SELECT tableoid, ctid FROM %[1]s
 	WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4)
-		AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND %[2]s
+		AND reservation = $5 AND fingerprint = $6 AND fingerprint_version = $7 AND %[2]s%[3]s
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS r SET state = $8, result = $9, failure = $10, error_type = $11, error_message = $12,
 	lease_expires_at = NULL, completed_at = now(), updated_at = now(),
 	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
-FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table, stillPending),
+FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table, stillPending, f.fenced("$2", sealedOnly)),
 
 		// completeBatch is complete for many attempts at once: $1–$12 are arrays with one element
 		// per attempt and at most one per key; it returns the reservations it completed. Rows
@@ -222,7 +272,7 @@ WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::bytea[], $7::smallint[],
 		$8::text[], $9::bytea[], $10::bytea[], $11::text[], $12::text[])
 	AS b(namespace, tenant, operation, id, reservation, fingerprint, fingerprint_version,
-		state, result, failure, error_type, error_message)
+		state, result, failure, error_type, error_message)%[3]s
 ), target AS (
 	SELECT r.rel, r.tid, b.* FROM b CROSS JOIN LATERAL (
 		SELECT tableoid AS rel, ctid AS tid FROM %[1]s AS r
@@ -236,7 +286,7 @@ UPDATE %[1]s AS r SET state = t.state, result = t.result, failure = t.failure, e
 	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
 FROM target AS t
 WHERE r.tableoid = t.rel AND r.ctid = t.tid
-RETURNING r.reservation`, table, stillPending),
+RETURNING r.reservation`, table, stillPending, f.where("b.tenant", sealedOnly)),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
 		// once, with the same token, and records whether an effect may have happened ($6).
@@ -250,24 +300,34 @@ RETURNING r.reservation`, table, stillPending),
 		release: fmt.Sprintf(`
 UPDATE %[1]s SET reservation = $7, lease_expires_at = now() - $8::bigint * interval '1 microsecond',
 	effect_possible = $6, updated_at = now()
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND %[2]s`, table, stillPending),
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND %[2]s%[3]s`, table, stillPending, f.fenced("$2", sealedOnly)),
 
 		// extend moves the lease forward on a heartbeat. Matched on the reservation like
 		// complete: an attempt that was taken over extends nothing, and learns so.
 		extend: fmt.Sprintf(`
 UPDATE %[1]s SET lease_expires_at = now() + $6::bigint * interval '1 microsecond', updated_at = now()
-WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND %[2]s`, table, stillPending),
+WHERE (namespace, tenant, operation, id) = ($1, $2, $3, $4) AND reservation = $5 AND %[2]s%[3]s`, table, stillPending, f.fenced("$2", sealedOnly)),
 
 		// insertFinal writes a finished receipt in one statement (DoInNewTx, DoInTx). It is a plain INSERT on
 		// purpose: when a concurrent duplicate committed first, the unique index fails it, which
 		// aborts the transaction it was sent in, business writes included.
-		insertFinal: fmt.Sprintf(`
+		// With fences it is an INSERT … SELECT, whose WHERE refuses a fenced tenant.
+		insertFinal: insertFinal(table, f),
+	}
+}
+
+func insertFinal(table string, f fences) string {
+	const values = `$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond',
+	$14, $15, $16, $17, $18`
+	rows := "VALUES (" + values + ")"
+	if f.table != "" {
+		rows = "SELECT " + values + f.where("$2", anyPhase)
+	}
+	return fmt.Sprintf(`
 INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
 	state, result, failure, error_type, error_message, completed_at, expires_at,
 	workflow_id, run_id, activity_id, activity_type, compensates)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::bigint * interval '1 microsecond',
-	$14, $15, $16, $17, $18)`, table),
-	}
+%[2]s`, table, rows)
 }
 
 // reserve inserts a pending receipt under reservation $8, with its origin ($11–$15), or returns the one already there, in
@@ -276,10 +336,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now() + $13::b
 // COMMITTED a receipt committed by a concurrent attempt after this statement's snapshot is
 // invisible to the lookup and makes the INSERT do nothing, so no row comes back; the caller then
 // reads again in a new statement.
-func reserve(table string) string {
+func reserve(table string, f fences) string {
 	return fmt.Sprintf(`
 WITH existing AS (
-	SELECT %[2]s FROM %[1]s AS r %[3]s WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)
+	SELECT %[2]s FROM %[1]s AS r %[3]s WHERE (r.namespace, r.tenant, r.operation, r.id) = ($1, $2, $3, $4)%[4]s
 ), inserted AS (
 	INSERT INTO %[1]s (namespace, tenant, operation, id, token, fingerprint, fingerprint_version,
 		state, reservation, lease_expires_at, expires_at,
@@ -296,7 +356,7 @@ SELECT true, fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::b
 	NULL::bigint, true, 0::bigint, NULL::text, NULL::timestamptz
 FROM inserted
 UNION ALL
-SELECT false, existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table))
+SELECT false, existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table), f.fenced("$2", anyPhase))
 }
 
 // reserveBatch is reserve for many attempts at once (see reservations): $1–$9 and $11–$15 are
@@ -309,13 +369,13 @@ SELECT false, existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(comp
 // OFFSET 0 keeping the planner from merging it into a join over the whole table): a plan made
 // while the table looked small, which Postgres may keep long after (completeBatchSettings),
 // would otherwise read all of it at every batch.
-func reserveBatch(table string) string {
+func reserveBatch(table string, f fences) string {
 	return fmt.Sprintf(`
 WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::smallint[],
 		$8::uuid[], $9::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[]) WITH ORDINALITY
 	AS b(namespace, tenant, operation, id, token, fingerprint, fingerprint_version, reservation, lease,
-		workflow_id, run_id, activity_id, activity_type, compensates, n)
+		workflow_id, run_id, activity_id, activity_type, compensates, n)%[4]s
 ), existing AS (
 	SELECT b.n, false, e.* FROM b CROSS JOIN LATERAL (
 		SELECT %[2]s FROM %[1]s AS r %[3]s
@@ -338,5 +398,5 @@ SELECT b.n, true, inserted.fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL:
 	NULL::bigint, true, 0::bigint, NULL::text, NULL::timestamptz
 FROM inserted JOIN b USING (namespace, tenant, operation, id)
 UNION ALL
-SELECT existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table))
+SELECT existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table), f.where("b.tenant", anyPhase))
 }

@@ -88,6 +88,25 @@ type Config struct {
 	// handed its recorded result (see AuthorizeFunc): a key is not a bearer credential. An
 	// activity's Options.Authorize (or a Call's) takes precedence over it. Nil: no check.
 	Authorize AuthorizeFunc
+	// TenantFences makes every receipt statement of the store check, in the same statement and
+	// round trip, that its tenant has not moved away from this database (the table
+	// tenant_fences, which shard.Move writes on the shard a tenant leaves; migration 012), and
+	// fail, writing nothing, with Postgres' error SQLSTATE TT001 when it has (shard.AsMoved
+	// reads it as a *shard.MovedError; the store's own errors wrap it, retryably). Set it on every store a shard.Router routes to:
+	// NewRouter refuses a store without it, because without it a worker that was handed the old
+	// shard's store before a move could write a receipt there after the move copied the
+	// tenant's receipts. It costs each receipt statement one lookup of the tenant in a table of
+	// one row per tenant that ever moved away, and no round trip. Default false: a store that is
+	// not sharded runs the statements it always did.
+	TenantFences bool
+}
+
+// fences are the names the statements check fences by, or none.
+func (c Config) fences() fences {
+	if !c.TenantFences {
+		return fences{}
+	}
+	return fences{table: pgx.Identifier{c.Schema, "tenant_fences"}.Sanitize(), refuse: pgx.Identifier{c.Schema, "tenant_moved"}.Sanitize()}
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.
@@ -175,7 +194,7 @@ func NewStore(db *pgxpool.Pool, cfg *Config) (*Store, error) {
 		db:               db,
 		receipts:         db,
 		cfg:              c,
-		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize()),
+		sql:              newStatements(pgx.Identifier{c.Schema, "receipts"}.Sanitize(), c.fences()),
 		lockTimeout:      strconv.FormatInt(c.LockTimeout.Milliseconds(), 10),
 		statementTimeout: strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10),
 	}
