@@ -16,8 +16,9 @@
 //     attempt that took over recorded.
 //
 // dotx.go is the transactional paths (DoInNewTx, DoInTx); batch.go and items.go are ForEach's
-// core; compensate.go is ForwardSettled; sql.go and exec.go the statements and how they are sent (fence.go the tenant fence a sharded store's statements check);
-// observe.go the counters, logs and spans (named by the telemetry package); errors.go the typed
+// core; compensate.go is ForwardSettled; sql.go and exec.go the statements and how they are
+// sent, fence.go the tenant fence a sharded store's statements check; observe.go the counters,
+// logs and spans (named by the telemetry package); errors.go the typed
 // errors and how they cross into Temporal; interceptor.go the worker interceptor whose heartbeat
 // hook extends leases; operator.go what the operator's side (listing, resolving, purging
 // receipts) uses of the engine.
