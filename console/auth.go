@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"strings"
@@ -40,7 +41,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if name, _, guess := r.BasicAuth(); guess {
 		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr), h.spillOf(name)); held {
 			hd.Set("Retry-After", retryAfter(wait))
-			http.Error(w, "429 too many failed sign-ins from your address: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
+			http.Error(w, "429 too many failed sign-ins: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
 			return
 		}
 	}
@@ -94,16 +95,14 @@ func (h *Handler) authenticate(r *http.Request) (credential, bool) {
 	return found, match == 1
 }
 
-// spillOf is the sign-in limiter's spill bucket for a sign-in as name: the index of the user
-// of that name, or len(h.users) for a name that is not a user's. Every user's name digest is
-// compared, in constant time: the time taken does not say whether name is a user's.
+// spillOf is the sign-in limiter's spill bucket for a sign-in as name: a hash of the name keyed
+// by the console's Secret, so that a guesser can neither aim at a user's bucket without knowing
+// the name, nor tell a user's name from another by the bucket it falls into.
 func (h *Handler) spillOf(name string) int {
-	n := sha256.Sum256([]byte(name))
-	spill := len(h.users)
-	for i, c := range h.users {
-		spill = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(n[:], c.name[:]), i, spill)
-	}
-	return spill
+	m := hmac.New(sha256.New, h.cfg.Secret)
+	m.Write([]byte("tempotent console sign-in spill\x00"))
+	m.Write([]byte(name))
+	return int(binary.BigEndian.Uint64(m.Sum(nil)) % uint64(len(h.signIns.spill)))
 }
 
 // fromLoopback reports whether r came straight from a loopback address, through no proxy that

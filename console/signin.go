@@ -22,8 +22,9 @@ import (
 //
 // The limiter remembers a bounded number of addresses. While all it remembers are short of
 // tries, a new address shares a bucket with the other new addresses that sign in as the same
-// name (one bucket per user, one for every name that is not a user's): a guesser spread over
-// many addresses holds off new addresses only for the names he guesses.
+// name (one of 4096 buckets, chosen by a keyed hash of the name): a guesser spread over many
+// addresses holds off new addresses for the names he guesses, and the few that share their
+// buckets, not for everyone; and the buckets say nothing of which names are users'.
 type SignInLimit struct {
 	// Burst is how many failed sign-ins an address may make in a row. Default
 	// SignInBurstDefault; negative turns the limit off.
@@ -40,12 +41,17 @@ const (
 )
 
 // signInAddressesMax bounds how many addresses the limiter remembers: when they are all taken
-// by addresses still short of tries, any other address fails into a bucket shared by the name
-// it signs in as (a spill bucket: one per user, one for every name that is not a user's), and
-// while that bucket is empty, an address the limiter does not remember is held off when it
-// signs in as that name. A guesser who keeps the limiter full from many addresses can so lock
-// out, from new addresses, only the users whose names he guesses.
+// by addresses still short of tries, any other address fails into a spill bucket chosen by the
+// name it signs in as, and while that bucket is empty, an address the limiter does not remember
+// is held off when it signs in as a name of that bucket. A guesser who keeps the limiter full
+// from many addresses can so lock out, from new addresses, the names he guesses (and those that
+// share their buckets), not everyone.
 var signInAddressesMax = 10_000
+
+// signInSpillBuckets is how many spill buckets the limiter has. A name's bucket is a keyed hash
+// of the name (the console's Secret), the same for a user's name as for any other: which bucket
+// holds a request off says nothing of whether its name is a user's.
+var signInSpillBuckets = 4096
 
 // signIns is the limiter of failed sign-ins, by client address.
 type signIns struct {
@@ -55,8 +61,8 @@ type signIns struct {
 	mu      sync.Mutex
 	buckets map[netip.Prefix]*bucket
 	swept   time.Time // the last forgetRefilled
-	// spill is the buckets of the addresses not remembered while buckets is full, by the name
-	// signed in as: spill[i] for the console's i-th user, the last for every other name.
+	// spill is the buckets of the addresses not remembered while buckets is full, by a keyed
+	// hash of the name signed in as (Handler.spillOf).
 	spill []bucket
 }
 
@@ -69,9 +75,9 @@ type bucket struct {
 // unparsed is the limiter's key for every remote address it cannot parse.
 var unparsed = netip.Prefix{}
 
-// newSignIns returns the limiter of a console with users users.
-func newSignIns(limit SignInLimit, users int) *signIns {
-	s := &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}, spill: make([]bucket, users+1)}
+// newSignIns returns a limiter.
+func newSignIns(limit SignInLimit) *signIns {
+	s := &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}, spill: make([]bucket, signInSpillBuckets)}
 	for i := range s.spill {
 		s.spill[i].tokens = float64(limit.Burst)
 	}

@@ -16,7 +16,9 @@ import (
 func signInConsole(t *testing.T, limit console.SignInLimit) (*console.Handler, *time.Time) {
 	t.Helper()
 	e := setup(t)
-	h, err := console.New(console.Config{Operator: e.op, Users: []console.User{alice}, FailedSignIns: limit})
+	// A fixed secret: the spill buckets the names fall into are the same in every run.
+	h, err := console.New(console.Config{Operator: e.op, Users: []console.User{alice}, FailedSignIns: limit,
+		Secret: []byte("sign-in tests' secret, 32 bytes.")})
 	require.NoError(t, err)
 	now := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
 	console.SetClock(h, func() time.Time { return now })
@@ -93,10 +95,9 @@ func TestSignInLimiterIsBounded(t *testing.T) {
 	require.Equal(t, 1, console.SignInAddresses(h), "the refilled addresses were not forgotten")
 }
 
-// A guesser who keeps the limiter full from many addresses, guessing names that are not a
-// user's, drains only those names' spill bucket: a user signing in from a new address is let
-// in. Guessing a user's name drains that user's bucket alone, and holds off only sign-ins as
-// that user from new addresses.
+// A guesser who keeps the limiter full from many addresses drains only the spill buckets of the
+// names he guesses: a user signing in from a new address is let in. Guessing a user's name
+// drains that name's bucket, and holds off sign-ins as that user from new addresses.
 func TestAFullLimiterHoldsOffOnlyTheNamesGuessed(t *testing.T) {
 	defer console.SetSignInAddressesMax(4)()
 	h, _ := signInConsole(t, console.SignInLimit{Burst: 2, Every: time.Minute})
@@ -104,8 +105,8 @@ func TestAFullLimiterHoldsOffOnlyTheNamesGuessed(t *testing.T) {
 		signIn(h, fmt.Sprintf("198.51.100.%d:1", i), fmt.Sprint("admin-", i%3), "guess")
 	}
 	require.Equal(t, 4, console.SignInAddresses(h))
-	require.Equal(t, http.StatusTooManyRequests, signIn(h, "198.51.100.100:1", "root", "guess").StatusCode,
-		"a name that is not a user's escaped the limit from a fresh address")
+	require.Equal(t, http.StatusTooManyRequests, signIn(h, "198.51.100.100:1", "admin-1", "guess").StatusCode,
+		"a guessed name escaped the limit from a fresh address")
 	require.Equal(t, http.StatusOK, signIn(h, "198.51.100.101:1", alice.Name, alice.Password).StatusCode,
 		"a guesser who does not know alice's name locked her out")
 
@@ -116,6 +117,26 @@ func TestAFullLimiterHoldsOffOnlyTheNamesGuessed(t *testing.T) {
 		"guesses at alice's name from fresh addresses escaped the limit")
 	require.Equal(t, http.StatusOK, signIn(h, "198.51.100.2:1", alice.Name, alice.Password).StatusCode,
 		"a remembered address with tries left was held off")
+}
+
+// With the limiter full, the answer to a sign-in from a new address does not tell a user's
+// name from another: a name that is not a user's and a user's, neither guessed before, are
+// answered alike, whichever names the guesser drained.
+func TestAFullLimiterDoesNotTellUsersNames(t *testing.T) {
+	defer console.SetSignInAddressesMax(4)()
+	h, _ := signInConsole(t, console.SignInLimit{Burst: 2, Every: time.Minute})
+	for i := range 4 {
+		signIn(h, fmt.Sprintf("198.51.100.%d:1", i), "filler", "guess")
+	}
+	for i := range 3 {
+		signIn(h, fmt.Sprintf("203.0.113.%d:1", i), "nobody", "guess")
+	}
+	probe := func(i int, name string) int {
+		return signIn(h, fmt.Sprintf("203.0.113.%d:1", 100+i), name, "guess").StatusCode
+	}
+	require.Equal(t, http.StatusTooManyRequests, probe(0, "nobody"), "the drained name was not held off")
+	require.Equal(t, http.StatusUnauthorized, probe(1, "bob-not-a-user"))
+	require.Equal(t, http.StatusUnauthorized, probe(2, alice.Name), "a user's name is answered apart from another name")
 }
 
 // A negative Burst turns the limit off.
