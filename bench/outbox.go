@@ -268,14 +268,22 @@ func putTx(o *outbox.Outbox, d *db) op {
 }
 
 // bareRowTx is putTx with a plain INSERT of the message into bare_outbox instead of Put.
-func bareRowTx(d *db) op {
+func bareRowTx(d *db) op { return rowTx(d, bareOutbox) }
+
+// ownRowTx is putTx with the message INSERTed by hand into the outbox's own table instead of
+// Put: the floor of Put, what the table's unique message ID and partial indexes cost whoever
+// writes the row, with nothing around the INSERT (no conflict check, no notification).
+func ownRowTx(d *db) op { return rowTx(d, outboxTable) }
+
+// rowTx is putTx with a plain INSERT of the message into table instead of Put.
+func rowTx(d *db, table string) op {
 	return func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 			if err := order(ctx, tx); err != nil {
 				return err
 			}
 			m := message()
-			_, err := tx.Exec(ctx, "INSERT INTO "+bareOutbox+" (id, topic, payload, digest) VALUES ($1, $2, $3, $4)",
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (id, topic, payload, digest) VALUES ($1, $2, $3, $4)",
 				m.ID, m.Topic, m.Payload, messageDigest)
 			return err
 		})
