@@ -220,6 +220,8 @@ func (c *Client) unrecordedPurgeFinding(ctx context.Context, f Finding, limit ti
 const partitionGrace = 48 * time.Hour
 
 // oldestPurgeable is how long ago, in microseconds, the oldest receipt that schema.Purgeable
-// (%[2]s) says may go from %[1]s expired, NULL when none may: one probe of the expiry index.
+// (%[2]s) says may go from %[1]s expired, NULL when none may. It walks the expiry index from
+// the oldest, past the expired receipts the purge keeps (unresolved ones: few, each waiting for a
+// person), to the first it may delete.
 const oldestPurgeable = `
 SELECT (SELECT (extract(epoch FROM now() - expires_at) * 1e6)::bigint FROM %[1]s WHERE %[2]s ORDER BY expires_at LIMIT 1)`
