@@ -42,12 +42,15 @@ type Once struct {
 // its deliveries with it.
 //
 // There, the dispatchers' wake-up (unless Config.NoNotify) is a second transaction sent in the
-// same round trip, after the first commits, and committed without waiting for its WAL flush:
+// same round trip, after the first (opened with BEGIN, so that its COMMIT draws no warning)
+// commits, and committed without waiting for its WAL flush:
 // Postgres holds one lock, shared by the whole server, across a notifying transaction's commit,
 // and a commit that waits for its flush under it serialises every notifying commit on the
 // flushes. A wake-up that fails or is lost (the server or the process stops between the two
 // commits) does not fail PutOnce, whose record and message are committed: the message is
-// delivered at a dispatcher's next poll (DispatcherConfig.Poll) instead of at once.
+// delivered at a dispatcher's next poll (DispatcherConfig.Poll) instead of at once. A statement
+// that fails before the COMMIT costs a second round trip, a ROLLBACK, so that the connection is
+// left out of any transaction: the pool keeps it, and a caller's connection can go on.
 //
 // It is inbox.Inbox.Claim followed by Put in one transaction, decided in SQL so that nothing
 // waits on the caller between them:
@@ -75,11 +78,31 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 	digest := m.digest()
 	headers, payload, orderingKey := m.columns()
 
-	// wakeAfter: the batch is its own transaction, so the wake-up can be one of its own after it.
-	wakeAfter := !o.cfg.NoNotify && ownTransaction(db)
+	// own: the connection the batch runs on, when it is a transaction of its own there, so that
+	// the wake-up can be one of its own after it. On a pool, the connection is taken here, to
+	// be left out of any transaction before it goes back.
+	var own *pgx.Conn
+	if !o.cfg.NoNotify {
+		if pool, ok := db.(*pgxpool.Pool); ok {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return Once{}, fmt.Errorf("outbox: put %s once for %s: %w", m.ID, rec.Consumer, err)
+			}
+			defer c.Release()
+			db = c
+		}
+		own = idleConn(db)
+	}
+	wakeAfter := own != nil
 	var once Once
 	var mismatch, committed bool
 	b := &pgx.Batch{}
+	if wakeAfter {
+		// The delivery's transaction is opened explicitly, so that the COMMIT below ends it
+		// without Postgres's warning (a line in its log for every delivery) that a COMMIT
+		// with no BEGIN gives.
+		b.Queue("BEGIN")
+	}
 	if orderingKey != nil {
 		b.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "tempotent.outbox."+o.cfg.Schema+"."+m.OrderingKey)
 	}
@@ -107,7 +130,11 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 		b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 		b.Queue(o.wake, notifyChannel, o.cfg.Schema)
 	}
-	if err := db.SendBatch(ctx, b).Close(); err != nil && !committed {
+	err := db.SendBatch(ctx, b).Close()
+	if wakeAfter && !committed {
+		rollback(ctx, own)
+	}
+	if err != nil && !committed {
 		return Once{}, fmt.Errorf("outbox: put %s once for %s: %w", m.ID, rec.Consumer, schema.Explain(err, o.cfg.Schema))
 	}
 	switch {
@@ -128,18 +155,34 @@ func (o *Outbox) PutOnce(ctx context.Context, db interface {
 // wait for its commit's WAL flush: a wake-up lost to a crash only delays delivery to the poll.
 const wakeStatement = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)"
 
-// ownTransaction reports whether a batch sent on db is a transaction of its own: db is a pool,
-// or a connection that is not in a transaction (a COMMIT in the batch would end the caller's).
-func ownTransaction(db any) bool {
+// idleConn is the connection db is when it is one that is not in a transaction, where a batch is
+// a transaction of its own (a COMMIT in the batch would end the caller's), and nil otherwise.
+func idleConn(db any) *pgx.Conn {
+	var conn *pgx.Conn
 	switch db := db.(type) {
-	case *pgxpool.Pool:
-		return true
 	case *pgxpool.Conn:
-		return db.Conn().PgConn().TxStatus() == 'I'
+		conn = db.Conn()
 	case *pgx.Conn:
-		return db.PgConn().TxStatus() == 'I'
+		conn = db
 	}
-	return false
+	if conn == nil || conn.PgConn().TxStatus() != 'I' {
+		return nil
+	}
+	return conn
+}
+
+// rollback ends the transaction that PutOnce's batch opened on conn, if a statement failed
+// before its COMMIT: Postgres skips the rest of the batch, COMMIT included, and leaves the
+// connection in a failed transaction after the batch's Sync, where a pool would close it and a
+// caller could not use it. As pgx's Tx.Rollback does, a connection that the ROLLBACK fails on is
+// closed.
+func rollback(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Close(ctx)
+	}
 }
 
 // putOnceStatement writes the record ($1 consumer, $2 ID, $3 digest) and puts the message ($2

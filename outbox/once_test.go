@@ -186,6 +186,30 @@ func TestPutOnceRacingAnotherWriterWritesNothing(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrMismatch)
 }
 
+// recordInFlight writes consumer webhook/test's record of id in schema name in a transaction
+// that stays open, as a concurrent delivery's, until t ends, and returns a record of the same
+// delivery that waits 20ms for it.
+func recordInFlight(t *testing.T, name, id string) outbox.InboxRecord {
+	t.Helper()
+	ctx := context.Background()
+	inFlight, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = inFlight.Rollback(ctx) })
+	_, err = inFlight.Exec(ctx, "INSERT INTO "+name+".inbox (consumer, message_id) VALUES ('webhook/test', $1)", id)
+	require.NoError(t, err)
+	rec := onceRecord("content")
+	rec.LockTimeout = 20 * time.Millisecond
+	return rec
+}
+
+// requireLockNotAvailable fails t unless err is Postgres's lock_not_available.
+func requireLockNotAvailable(t *testing.T, err error) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, "55P03", pgErr.Code)
+}
+
 // A concurrent delivery's uncommitted record is waited for up to LockTimeout; then PutOnce
 // fails with lock_not_available and writes nothing. In a caller's transaction, the
 // transaction's own lock_timeout is what it has after PutOnce.
@@ -193,18 +217,9 @@ func TestPutOnceLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o, pool, _, name := onceSetup(t, outbox.Config{})
-	inFlight, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = inFlight.Rollback(ctx) }()
-	_, err = inFlight.Exec(ctx, "INSERT INTO "+name+".inbox (consumer, message_id) VALUES ('webhook/test', 'm1')")
-	require.NoError(t, err)
-
-	rec := onceRecord("content")
-	rec.LockTimeout = 20 * time.Millisecond
-	_, err = o.PutOnce(ctx, pool, rec, outbox.Message{ID: "m1", Topic: "t"})
-	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "%v", err)
-	require.Equal(t, "55P03", pgErr.Code)
+	rec := recordInFlight(t, name, "m1")
+	_, err := o.PutOnce(ctx, pool, rec, outbox.Message{ID: "m1", Topic: "t"})
+	requireLockNotAvailable(t, err)
 	records, messages := onceRows(t, name)
 	require.Equal(t, [2]int{0, 0}, [2]int{records, messages})
 
@@ -231,4 +246,84 @@ func TestPutOnceRefusesARecordWithoutConsumer(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidMessage)
 	require.ErrorContains(t, err, "InboxRecord.Consumer is empty")
 	require.Zero(t, counter.RoundTrips())
+}
+
+// noticePool is a pool of one connection that sends every notice Postgres gives it to notices.
+func noticePool(t *testing.T, notices chan<- string) *pgxpool.Pool {
+	t.Helper()
+	return configuredPool(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices <- n.Severity + ": " + n.Message }
+	})
+}
+
+// PutOnce's two transactions are opened and committed as such: Postgres warns of nothing (a
+// COMMIT with no BEGIN before it would give "there is no transaction in progress", a line in the
+// server's log for every delivery), neither on a pool nor on a connection of the caller's.
+func TestPutOnceGivesNoNotice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, _, _, _ := onceSetup(t, outbox.Config{})
+	notices := make(chan string, 16)
+	pool := noticePool(t, notices)
+	pooled, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		db   interface {
+			SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+		}
+	}{
+		{"PoolConn", pooled},
+		{"Conn", pooled.Conn()},
+	} {
+		once, err := o.PutOnce(ctx, c.db, onceRecord("content"), outbox.Message{ID: c.name, Topic: "t"})
+		require.NoError(t, err, c.name)
+		require.True(t, once.Recorded, c.name)
+	}
+	pooled.Release()
+	once, err := o.PutOnce(ctx, pool, onceRecord("content"), outbox.Message{ID: "Pool", Topic: "t"})
+	require.NoError(t, err)
+	require.True(t, once.Recorded)
+	// A statement's notices arrive before its result, so all are in by now.
+	close(notices)
+	var got []string
+	for n := range notices {
+		got = append(got, n)
+	}
+	require.Empty(t, got)
+}
+
+// A delivery whose statement fails (here: it waits past its LockTimeout on a concurrent
+// delivery's record) stores nothing and leaves the connection it ran on idle, out of any
+// transaction, and reusable: on a pool, the pool keeps it (the same backend serves the next
+// call) rather than closing it; on a caller's connection, the caller can go on with it.
+func TestPutOnceFailingLeavesTheConnectionIdle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, _, _, name := onceSetup(t, outbox.Config{})
+	rec := recordInFlight(t, name, "m1")
+	pool := noticePool(t, make(chan string, 16))
+	backend := func() uint32 {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		return c.Conn().PgConn().PID()
+	}
+	before := backend()
+	_, err := o.PutOnce(ctx, pool, rec, outbox.Message{ID: "m1", Topic: "t"})
+	requireLockNotAvailable(t, err)
+	require.Equal(t, before, backend(), "the pool closed the connection PutOnce failed on")
+
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = o.PutOnce(ctx, conn, rec, outbox.Message{ID: "m1", Topic: "t"})
+	requireLockNotAvailable(t, err)
+	require.Equal(t, byte('I'), conn.PgConn().TxStatus(), "PutOnce left the connection in a transaction")
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+
+	records, messages := onceRows(t, name)
+	require.Equal(t, [2]int{0, 0}, [2]int{records, messages})
 }

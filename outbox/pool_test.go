@@ -18,10 +18,19 @@ import (
 // closed when t ends.
 func ownPool(t *testing.T, maxConns int32, app string) *pgxpool.Pool {
 	t.Helper()
+	return configuredPool(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = maxConns
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	})
+}
+
+// configuredPool returns a pool on the test database configured by configure, closed when t
+// ends.
+func configuredPool(t *testing.T, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL())
 	require.NoError(t, err)
-	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	configure(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
