@@ -398,6 +398,28 @@ func readByHand(p *pgxpool.Pool, id string) op {
 	}
 }
 
+// readByHandWithCompensation is readByHand with what else a replay must know of the receipt:
+// whether a compensation of its step completed (a replay of a compensated step is refused, see
+// activity's CompensatedError), one more probe, of the compensations' partial index, in the
+// same statement, as the replay's lookup makes it.
+func readByHandWithCompensation(p *pgxpool.Pool, id string) op {
+	return func(ctx context.Context) error {
+		var (
+			fp, result, failure []byte
+			version             int16
+			state               string
+			errType, errMessage *string
+			compensation        *string
+		)
+		return p.QueryRow(ctx, `SELECT r.fingerprint, r.fingerprint_version, r.state, r.result, r.failure, r.error_type,
+	r.error_message, c.token
+	FROM `+schema+`.receipts AS r LEFT JOIN LATERAL (SELECT token FROM `+schema+`.receipts
+		WHERE compensates = r.token AND state = 'completed' LIMIT 1) AS c ON true
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ('bench', '', 'Charge', $1)`, id).
+			Scan(&fp, &version, &state, &result, &failure, &errType, &errMessage, &compensation)
+	}
+}
+
 // insert is the bare durable INSERT: one row, committed on its own.
 func insert(p *pgxpool.Pool) op {
 	return func(ctx context.Context) error {
