@@ -286,6 +286,9 @@ INSERT INTO tempotent.receipts SELECT * FROM late`)
 	require.NoError(t, <-moved)
 	require.Equal(t, 2, s.receipts(t, "b", "acme"), "the receipt committed after the fence was not copied")
 	require.Contains(t, read, "waiting for 1 transactions on shard \"a\"")
+	var app string
+	require.NoError(t, s.pools["a"].QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app))
+	require.Contains(t, read, fmt.Sprintf("pid %d (application_name '%s')", tx.Conn().PgConn().PID(), app), "the wait does not say which transaction it waits for")
 }
 
 // awaitOrEnd reads lines until one contains want or the log ends, and returns those it read.
