@@ -35,5 +35,7 @@ func ExampleGrants() {
 	// GRANT SELECT, INSERT, UPDATE ON TABLE "tempotent"."maintenance_runs" TO "tempotent_app";
 	// GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "tempotent"."webhook_tallies" TO "tempotent_app";
 	// GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "tempotent"."tenant_fences" TO "tempotent_app";
+	// GRANT EXECUTE ON FUNCTION "tempotent"."tenant_moved"(text, text) TO "tempotent_app";
+	// GRANT EXECUTE ON FUNCTION "tempotent"."tenant_fences_read_committed"() TO "tempotent_app";
 	// migrate.Grants: role name "public" is PUBLIC, every role: create a role of its own for the workers (CREATE ROLE tempotent_app LOGIN)
 }

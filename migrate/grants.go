@@ -46,6 +46,22 @@ var runtimeGrants = []tableGrant{
 		"a sharded store's receipt statements read a tenant's fence; tempotent shard move writes it on the shard a tenant leaves and deletes it on the shard it joins"},
 }
 
+// functionGrant is a function of tempotent's that the runtime's statements call, with its
+// argument types as GRANT names it, and which statements call it.
+type functionGrant struct {
+	function, args, why string
+}
+
+// runtimeFunctions lists every function the runtime role calls: EXECUTE on each, granted to the
+// role itself, so that statements calling it work where PUBLIC's default EXECUTE was revoked.
+// TestGrantsAreExact fails when a migration adds a function that is not here.
+var runtimeFunctions = []functionGrant{
+	{"tenant_moved", "text, text",
+		"a sharded store's receipt statements refuse a tenant moved away from the shard with it (activity.Config.TenantFences)"},
+	{"tenant_fences_read_committed", "",
+		"a sharded store's receipt statements refuse to run outside READ COMMITTED with it"},
+}
+
 // maxName is the longest identifier Postgres keeps (NAMEDATALEN - 1 bytes); it cuts a longer one
 // short, so that a grant would name another role than the one given.
 const maxName = 63
@@ -72,7 +88,9 @@ func (e *NameError) Error() string {
 // and its record of each round (maintenance_runs: no DELETE), and the operator's actions, which
 // add to the audit log (SELECT and INSERT only there: the log is never changed). It grants
 // no CREATE on the schema, no TRUNCATE, REFERENCES or TRIGGER, and nothing on sequences: an
-// identity column's value needs no privilege on its sequence. It is what tempotent migrate
+// identity column's value needs no privilege on its sequence. It grants EXECUTE on the functions
+// the runtime's statements call (a sharded store's tenant fences), to the role itself, so that
+// they work where PUBLIC's default EXECUTE on functions was revoked. It is what tempotent migrate
 // --print-grants ROLE prints.
 //
 // Run it as the schema's owner (the role that ran Up) in one go; it is one transaction. It first
@@ -114,8 +132,12 @@ func Grants(schemaName, role string) (string, error) {
 	}
 	fmt.Fprintf(&b, "REVOKE ALL ON TABLE %s FROM %s;\n", strings.Join(tables, ", "), r)
 	fmt.Fprintf(&b, "REVOKE ALL ON ALL SEQUENCES IN SCHEMA %s FROM %s;\n", s, r)
+	fmt.Fprintf(&b, "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %s FROM %s;\n", s, r)
 	for i, g := range runtimeGrants {
 		fmt.Fprintf(&b, "-- %s\nGRANT %s ON TABLE %s TO %s;\n", g.why, g.privileges, tables[i], r)
+	}
+	for _, f := range runtimeFunctions {
+		fmt.Fprintf(&b, "-- %s\nGRANT EXECUTE ON FUNCTION %s.%s(%s) TO %s;\n", f.why, s, pgx.Identifier{f.function}.Sanitize(), f.args, r)
 	}
 	b.WriteString("COMMIT;\n")
 	return b.String(), nil

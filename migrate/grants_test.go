@@ -32,6 +32,10 @@ var runtimeModel = map[string][]string{
 	"tenant_fences":       {"SELECT", "INSERT", "UPDATE", "DELETE"},
 }
 
+// runtimeFunctionsModel are the functions the runtime role may execute, by name: every function
+// the migrations create must be here (TestGrantsAreExact).
+var runtimeFunctionsModel = map[string]bool{"tenant_moved": true, "tenant_fences_read_committed": true}
+
 // runtimeRole migrates a fresh schema as the owner, creates a role, applies the role's grants as
 // the owner and returns the schema, the role and a pool connected as the role.
 func runtimeRole(t *testing.T) (schema, role string, pool *pgxpool.Pool) {
@@ -56,9 +60,11 @@ func TestGrantsAreExact(t *testing.T) {
 	owner := pgtest.Pool(t)
 	schema, role, _ := runtimeRole(t)
 	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	// A role that was given too much, as a first deployment might have done.
+	// A role that was given too much, as a first deployment might have done; and a database
+	// hardened so that PUBLIC executes none of the schema's functions: the role's own grants must
+	// cover what its statements call.
 	_, err := owner.Exec(ctx, "GRANT ALL ON SCHEMA "+s+" TO "+r+"; GRANT ALL ON ALL TABLES IN SCHEMA "+s+" TO "+r+
-		"; GRANT ALL ON ALL SEQUENCES IN SCHEMA "+s+" TO "+r)
+		"; GRANT ALL ON ALL SEQUENCES IN SCHEMA "+s+" TO "+r+"; REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA "+s+" FROM PUBLIC")
 	require.NoError(t, err)
 	grants, err := migrate.Grants(schema, role)
 	require.NoError(t, err)
@@ -102,6 +108,21 @@ func TestGrantsAreExact(t *testing.T) {
 	require.NoError(t, owner.QueryRow(ctx, "SELECT has_schema_privilege($1, $2, 'USAGE'), has_schema_privilege($1, $2, 'CREATE')", role, schema).Scan(&usage, &create))
 	require.True(t, usage)
 	require.False(t, create, "the role may create in the schema")
+
+	functions := 0
+	rows, err = owner.Query(ctx, `SELECT p.proname, has_function_privilege($2, p.oid, 'EXECUTE') FROM pg_proc p
+		WHERE p.pronamespace = $1::regnamespace ORDER BY 1`, s, role)
+	require.NoError(t, err)
+	var name string
+	var execute bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &execute}, func() error {
+		functions++
+		require.True(t, runtimeFunctionsModel[name], "function %s is not in the runtime model: a migration added it; grant it in migrate.Grants", name)
+		require.True(t, execute, "the role may not execute %s", name)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, runtimeFunctionsModel, functions, "a function of the model is not in the schema")
 }
 
 // Under the grants, the role reads and writes rows and can change nothing else: no DDL in the

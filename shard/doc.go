@@ -26,7 +26,9 @@
 // migration 012), which every receipt statement of a store opened with
 // activity.Config.TenantFences checks: a worker handed the old shard's store before the move is
 // refused there with a MovedError, however late it arrives, and Register runs the call again on
-// the new shard. A Router reads a tenant's shard from the directory at most once per
+// the new shard. Such a store runs its receipt statements under READ COMMITTED only (a
+// transaction given to DoInTx at another level is refused): an older snapshot could miss the
+// fence. A Router reads a tenant's shard from the directory at most once per
 // Config.MaxStale, and never uses an answer older than that: every worker sees a move without a
 // restart.
 //

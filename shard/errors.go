@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -36,6 +37,7 @@ func (e *MovingError) Error() string {
 // on its new shard, where its receipts were copied; Register and RegisterTx do so themselves.
 // It is retryable.
 type MovedError struct {
+	// Tenant is the tenant the shard refused, as the shard named it; To, its new shard.
 	Tenant, To string
 	Err        error
 }
@@ -46,21 +48,32 @@ func (e *MovedError) Error() string {
 func (e *MovedError) Unwrap() error { return e.Err }
 
 // sqlstateTenantMoved is what the shard's fence check raises (migration 012's tenant_moved),
-// with the tenant's new shard as its detail.
+// with the tenant and its new shard in its detail, a JSON object (movedDetail).
 const sqlstateTenantMoved = "TT001"
 
-// AsMoved returns err as a *MovedError of tenant if it is, or wraps, a shard's refusal of a
-// moved tenant's receipt statement.
+// movedDetail is the DETAIL of tenant_moved's error.
+type movedDetail struct {
+	Tenant  string `json:"tenant"`
+	MovedTo string `json:"moved_to"`
+}
+
+// AsMoved returns err as a *MovedError of tenant if it is, or wraps, a shard's refusal of that
+// tenant as moved away. A refusal of another tenant (the shard names the tenant it refused) is
+// not one: it says nothing of where tenant is, and AsMoved returns false.
 func AsMoved(err error, tenant string) (*MovedError, bool) {
 	var moved *MovedError
 	if errors.As(err, &moved) {
-		return moved, true
+		return moved, moved.Tenant == tenant
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateTenantMoved {
-		return &MovedError{Tenant: tenant, To: pgErr.Detail, Err: err}, true
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateTenantMoved {
+		return nil, false
 	}
-	return nil, false
+	var d movedDetail
+	if json.Unmarshal([]byte(pgErr.Detail), &d) != nil || d.Tenant != tenant {
+		return nil, false
+	}
+	return &MovedError{Tenant: d.Tenant, To: d.MovedTo, Err: err}, true
 }
 
 // RouteError is a tenant's shard that could not be known: the directory did not answer, or

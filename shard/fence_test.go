@@ -259,10 +259,23 @@ func TestOldShardRefusesNewAttemptsWhileDraining(t *testing.T) {
 // receipt on the old shard before the fence commits, and commits after it (a statement whose
 // snapshot predates the fence does not see it), holds the move until it ends, so that the copy
 // carries its receipt: without that wait the move would switch while the receipt was still
-// uncommitted, and the receipt would stay behind on the old shard.
+// uncommitted, and the receipt would stay behind on the old shard. The move names the
+// transaction it waits for.
 func TestMoveWaitsForTransactionsThatBeganBeforeItsFence(t *testing.T) {
+	moveWithALateWriter(t, false)
+}
+
+// TestMoveWaitsForPreparedTransactions: so for a prepared (two-phase) transaction, whose locks
+// have no pid, committed after the fence by COMMIT PREPARED.
+func TestMoveWaitsForPreparedTransactions(t *testing.T) {
+	moveWithALateWriter(t, true)
+}
+
+// moveWithALateWriter moves the tenant while a transaction that wrote its receipt on the old
+// shard before the fence is still open (prepared, or not), and commits it once the move waits.
+func moveWithALateWriter(t *testing.T, prepared bool) {
 	ctx := context.Background()
-	s := twoShards(t)
+	s := twoShards(t, "max_prepared_transactions=2")
 	r := s.router(t, time.Nanosecond)
 	var effects atomic.Int64
 	_, err := charge(ctx, r, "acme", "order-0", &effects, nil)
@@ -272,20 +285,30 @@ func TestMoveWaitsForTransactionsThatBeganBeforeItsFence(t *testing.T) {
 	tx, err := s.pools["a"].Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = tx.Exec(ctx, `CREATE TEMPORARY TABLE late ON COMMIT DROP AS SELECT * FROM tempotent.receipts WHERE tenant = 'acme';
-UPDATE late SET id = id || '-late', token = token || '-late';
-INSERT INTO tempotent.receipts SELECT * FROM late`)
+	_, err = tx.Exec(ctx, `INSERT INTO tempotent.receipts
+SELECT (jsonb_populate_record(r, jsonb_build_object('id', r.id || '-late', 'token', r.token || '-late'))).*
+FROM tempotent.receipts AS r WHERE tenant = 'acme'`)
 	require.NoError(t, err)
+	commit, want := func() error { return tx.Commit(ctx) }, fmt.Sprintf("pid %d (application_name '%s')", tx.Conn().PgConn().PID(), "")
+	if prepared {
+		_, err = tx.Exec(ctx, "PREPARE TRANSACTION 'late'")
+		require.NoError(t, err)
+		commit, want = func() error {
+			_, err := s.pools["a"].Exec(ctx, "COMMIT PREPARED 'late'")
+			return err
+		}, "a prepared transaction"
+	}
 
 	log, moved := s.startMove(ctx, "acme", "b")
 	// Either the move waits for the transaction, or (the wait reverted) it finishes without.
 	read := log.awaitOrEnd("that began before the tenant's fence")
-	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, commit())
 	for range log {
 	}
 	require.NoError(t, <-moved)
 	require.Equal(t, 2, s.receipts(t, "b", "acme"), "the receipt committed after the fence was not copied")
 	require.Contains(t, read, "waiting for 1 transactions on shard \"a\"")
+	require.Contains(t, read, want, "the wait does not say which transaction it waits for")
 }
 
 // awaitOrEnd reads lines until one contains want or the log ends, and returns those it read.

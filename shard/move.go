@@ -25,9 +25,12 @@ import (
 //     the tenant's calls, retryably (MovingError), once it has read the mark. The old shard
 //     records the tenant's fence too (its tenant_fences, draining): from then on it refuses
 //     every statement that would start an attempt of the tenant (reserve, take over,
-//     DoInNewTx's receipt) with a MovedError, whatever store a worker was handed and when; the
-//     move then waits for every transaction that held a lock on the receipts table when the
-//     fence committed (the barrier), so that none that began before it writes later;
+//     DoInNewTx's receipt) with a MovedError, from any store opened with
+//     activity.Config.TenantFences (NewRouter refuses a store without it), whenever the worker
+//     was handed it; such a store's statements run only under READ COMMITTED (they refuse any
+//     other level). The move then waits for every transaction that held a lock on the receipts
+//     table when the fence committed (the barrier), so that none that began before it writes
+//     later;
 //  2. wait MaxStale after the fence, so that fewer calls meet the shard's refusal;
 //  3. drain: wait until none of the tenant's receipts on the old shard is pending under a
 //     live lease (an attempt that reserved before the fence has finished; its completion is
@@ -36,8 +39,10 @@ import (
 //     releases, heartbeats and reads too, and the barrier again;
 //  5. copy the tenant's receipts to the new shard, replacing any it had there and lifting any
 //     fence it had for the tenant, in one transaction with an audit record: a retry after the
-//     move replays what the old shard recorded instead of acting again. Nothing of the tenant's
-//     is written on the old shard after the seal, so the copy misses nothing;
+//     move replays what the old shard recorded instead of acting again. No fenced store writes
+//     anything of the tenant's on the old shard after the seal, so the copy misses nothing of
+//     theirs (a store opened without TenantFences on that database, or a hand-written
+//     statement, is not fenced);
 //  6. switch: the directory puts the tenant on the new shard and lifts the fence.
 //
 // The receipts stay on the old shard too, refused, until its purge removes them; so does its
@@ -238,28 +243,37 @@ ON CONFLICT (tenant) DO UPDATE SET moved_to = excluded.moved_to, sealed = f.seal
 // before the fence committed does not see it, and may write after it; but a statement takes its
 // table's lock before its snapshot (Postgres locks a statement's tables when it binds or plans
 // it, and a READ COMMITTED statement takes its snapshot after), and keeps it to the end of its
-// transaction, so every such statement is in one of these transactions. Those that began later
-// see the fence. It waits for them, not for the table (no lock is taken: the shard's other
-// tenants go on), as CREATE INDEX CONCURRENTLY waits for the transactions before it.
+// transaction, so every such statement is in one of these transactions, prepared (two-phase)
+// ones included (their locks have no pid). Statements that take their snapshot later see the
+// fence. That holds under READ COMMITTED only: a REPEATABLE READ or SERIALIZABLE transaction
+// keeps a snapshot from before it first touched the receipts table, so a fenced store's
+// statements refuse to run outside READ COMMITTED (activity.Config.TenantFences). It waits for
+// these transactions, not for the table (no lock is taken: the shard's other tenants go on), as
+// CREATE INDEX CONCURRENTLY waits for the transactions before it, and prints, when it waits, the
+// pid and application_name of each.
 func (m Move) barrier(ctx context.Context, src *pgxpool.Pool, from string) error {
 	table := pgx.Identifier{m.ReceiptsSchema, "receipts"}.Sanitize()
 	var before []string
 	err := src.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
-WHERE locktype = 'relation' AND relation = to_regclass($1) AND pid <> pg_backend_pid()
+WHERE locktype = 'relation' AND relation = to_regclass($1) AND pid IS DISTINCT FROM pg_backend_pid()
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, table).Scan(&before)
 	if err != nil {
 		return fmt.Errorf("list the transactions on shard %q that may not see the tenant's fence: %w", from, err)
 	}
 	for logged := false; ; logged = true {
-		var left int
-		if err := src.QueryRow(ctx, "SELECT count(DISTINCT virtualtransaction) FROM pg_locks WHERE virtualtransaction = ANY($1)", before).Scan(&left); err != nil {
+		var left []string
+		if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(w ORDER BY w), '{}') FROM (
+	SELECT DISTINCT l.virtualtransaction, CASE WHEN l.pid IS NULL THEN 'a prepared transaction (pg_prepared_xacts: COMMIT PREPARED or ROLLBACK PREPARED it)'
+		ELSE format('pid %s (application_name %L)', l.pid, a.application_name) END AS w
+	FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+	WHERE l.virtualtransaction = ANY($1)) AS t`, before).Scan(&left); err != nil {
 			return fmt.Errorf("wait for the transactions on shard %q that may not see the tenant's fence: %w", from, err)
 		}
-		if left == 0 {
+		if len(left) == 0 {
 			return nil
 		}
 		if !logged {
-			fmt.Fprintf(m.Log, "waiting for %d transactions on shard %q that began before the tenant's fence\n", left, from)
+			fmt.Fprintf(m.Log, "waiting for %d transactions on shard %q that began before the tenant's fence: %s\n", len(left), from, strings.Join(left, ", "))
 		}
 		if err := sleep(ctx, m.Poll); err != nil {
 			return err

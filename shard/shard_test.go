@@ -32,12 +32,12 @@ type shards struct {
 	stores map[string]*activity.Store
 }
 
-func twoShards(t *testing.T) *shards {
+func twoShards(t *testing.T, settings ...string) *shards {
 	t.Helper()
 	ctx := context.Background()
 	s := &shards{pools: map[string]*pgxpool.Pool{}, stores: map[string]*activity.Store{}}
 	for _, name := range []string{"a", "b"} {
-		pool, err := pgxpool.New(ctx, pgtest.Cluster(t))
+		pool, err := pgxpool.New(ctx, pgtest.Cluster(t, settings...))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		store, err := activity.NewStore(pool, &activity.Config{TenantFences: true})

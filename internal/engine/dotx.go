@@ -44,8 +44,15 @@ func (s *Store) DoInNewTx(ctx context.Context, c Call, fn TxFunc) (*commonpb.Pay
 	// The transaction's lock timeout holds for fn's statements too, so that a duplicate never
 	// waits on locks that a stalled attempt holds; and a stalled attempt (a paused worker) loses
 	// its open transaction, and its locks, once its lease is over.
+	//
+	// With tenant fences the transaction is READ COMMITTED whatever the role's or database's
+	// default_transaction_isolation: its statements refuse any other level (fences.readCommitted).
 	begin := &pgx.Batch{}
-	begin.BeginTx(pgx.TxOptions{})
+	var opts pgx.TxOptions
+	if s.cfg.TenantFences {
+		opts.IsoLevel = pgx.ReadCommitted
+	}
+	begin.BeginTx(opts)
 	begin.Queue(s.sql.txSettings, s.lockTimeout, strconv.FormatInt(max(s.leaseFor(ctx, c).Milliseconds(), 1), 10))
 	begin.Queue(s.sql.read, k.Namespace, k.Tenant, k.Operation, k.ID)
 	// The receipt's own statements are bounded from when they are sent; fn's statements are

@@ -59,7 +59,9 @@ func (l *leaseHolder) heartbeat(ctx context.Context) {
 }
 
 // extend moves the lease to lease from now. When it touches no row, the attempt no longer holds
-// the receipt, and its context is cancelled. An error leaves the lease as it was.
+// the receipt, and its context is cancelled; so it is when the shard refuses the tenant as moved
+// away (SQLSTATE TT001: the move sealed its fence, and the attempt's completion would be refused
+// too), with that error as the cause. Any other error leaves the lease as it was.
 func (l *leaseHolder) extend(ctx context.Context, lease time.Duration) error {
 	wctx, cancel := l.store.writeContext(ctx)
 	defer cancel()
@@ -68,6 +70,9 @@ func (l *leaseHolder) extend(ctx context.Context, lease time.Duration) error {
 	tag, err := l.store.exec(wctx, l.store.sql.extend, k.Namespace, k.Tenant, k.Operation, k.ID, l.reservation.uuid(), lease.Microseconds())
 	if err == nil && tag.RowsAffected() == 0 {
 		err = &FencedOutError{Key: k}
+		l.cancel(err)
+	}
+	if isTenantMoved(err) { // the shard sealed the tenant's fence: no write of this attempt's will be taken
 		l.cancel(err)
 	}
 	if err == nil {

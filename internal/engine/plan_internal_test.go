@@ -315,15 +315,11 @@ func TestBatchStatementsRunOnTheirGenericPlans(t *testing.T) {
 	s.receipts = conn // every statement on the one connection whose prepared statements are read below
 
 	for _, dedup := range []bool{true, false} { // each of reserveBatch's two settings
-		var reservations []*reserveReq
-		var completions []*completion
+		var calls []Call
 		for i := range 3 {
-			c := reserveCall(t, fmt.Sprint("generic-", dedup, i), dedup)
-			r := &reserveReq{call: c, reservation: newReservation(), lease: time.Minute, done: make(chan struct{})}
-			reservations = append(reservations, r)
-			completions = append(completions, &completion{key: c.Key, reservation: r.reservation, fingerprint: c.Fingerprint,
-				outcome: outcome{state: schema.StateCompleted, result: []byte("1")}, done: make(chan struct{})})
+			calls = append(calls, reserveCall(t, fmt.Sprint("generic-", dedup, i), dedup))
 		}
+		reservations, completions := batchOf(calls...)
 		s.reservations.send(reservations)
 		for _, r := range reservations {
 			require.NoError(t, r.err)

@@ -42,7 +42,7 @@ type reserveReq struct {
 	done    chan struct{}
 	receipt receipt
 	err     error
-	alone   bool // the batch failed: write it on its own to know what became of it
+	alone   bool // the batch failed (or, with fences, returned no row for it): write it on its own to know what became of it
 }
 
 // reserve writes r, or finds the receipt already there, and returns it.
@@ -121,7 +121,13 @@ func (q *reservations) send(batch []*reserveReq) {
 		switch {
 		case err != nil:
 			r.alone = true
-		case !got[i]:
+		case got[i]:
+		case s.cfg.TenantFences:
+			// No row: a receipt committed after the statement's snapshot, or a fenced tenant's
+			// row that the batch left out (fences.skip). Alone, reserve answers either: the
+			// receipt, pgx.ErrNoRows, or the tenant's refusal, for that reservation only.
+			r.alone = true
+		default:
 			r.err = pgx.ErrNoRows
 		}
 	}

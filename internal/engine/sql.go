@@ -217,7 +217,8 @@ FROM target WHERE r.tableoid = target.tableoid AND r.ctid = target.ctid`, table,
 		// with complete, which tells a lock (a wait, then a write) from a fenced-out attempt
 		// (no row). Each completion's row is looked up by its key on its own (the lateral join),
 		// whatever the planner estimates of the batch or of the pending receipts. (A batch of one
-		// uses completeSkipLocked, alone in its round trip.)
+		// uses completeSkipLocked, alone in its round trip.) With fences, a row of a sealed
+		// tenant is left out (fences.skip) and comes back skipped: complete refuses it alone.
 		completeBatch: fmt.Sprintf(`
 WITH b AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::bytea[], $7::smallint[],
@@ -237,7 +238,7 @@ UPDATE %[1]s AS r SET state = t.state, result = t.result, failure = t.failure, e
 	expires_at = greatest(r.expires_at, now() + $13::bigint * interval '1 microsecond')
 FROM target AS t
 WHERE r.tableoid = t.rel AND r.ctid = t.tid
-RETURNING r.reservation`, table, stillPending, f.where("b.tenant", sealedOnly)),
+RETURNING r.reservation`, table, stillPending, f.skip("b.tenant", sealedOnly)),
 
 		// release ends the lease after a retryable error so that the next attempt takes over at
 		// once, with the same token, and records whether an effect may have happened ($6).
@@ -319,7 +320,9 @@ SELECT false, existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(comp
 // of deadlocking. Each attempt's receipt is looked up by its key on its own (the lateral join,
 // OFFSET 0 keeping the planner from merging it into a join over the whole table): a plan made
 // while the table looked small, which Postgres may keep long after (completeBatchSettings),
-// would otherwise read all of it at every batch.
+// would otherwise read all of it at every batch. With fences, a row of a fenced tenant is left
+// out (fences.skip): it comes back with no row, and its caller reserves it alone, where reserve
+// refuses it.
 func reserveBatch(table string, f fences) string {
 	return fmt.Sprintf(`
 WITH b AS (
@@ -349,5 +352,5 @@ SELECT b.n, true, inserted.fence, NULL::uuid, NULL::bytea, NULL::smallint, NULL:
 	NULL::bigint, true, 0::bigint, NULL::text, NULL::timestamptz
 FROM inserted JOIN b USING (namespace, tenant, operation, id)
 UNION ALL
-SELECT existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table), f.where("b.tenant", anyPhase))
+SELECT existing.* FROM existing`, table, receiptColumns, fmt.Sprintf(compensatedBy, table), f.skip("b.tenant", anyPhase))
 }

@@ -96,8 +96,14 @@ type Config struct {
 	// NewRouter refuses a store without it, because without it a worker that was handed the old
 	// shard's store before a move could write a receipt there after the move copied the
 	// tenant's receipts. It costs each receipt statement one lookup of the tenant in a table of
-	// one row per tenant that ever moved away, and no round trip. Default false: a store that is
-	// not sharded runs the statements it always did.
+	// one row per tenant that ever moved away, and no round trip. A batch of several tenants'
+	// reservations or completions leaves a fenced tenant's row out and writes it alone, so that
+	// only that tenant's call is refused. With it, receipt statements run only under READ
+	// COMMITTED (any other level fails them with SQLSTATE 0A000, writing nothing: a snapshot
+	// older than the statement may predate a fence the move did not wait for): begin the
+	// transaction given to DoInTx at READ COMMITTED and keep the role's
+	// default_transaction_isolation at read committed; DoInNewTx begins READ COMMITTED itself.
+	// Default false: a store that is not sharded runs the statements it always did.
 	TenantFences bool
 }
 
@@ -106,7 +112,8 @@ func (c Config) fences() fences {
 	if !c.TenantFences {
 		return fences{}
 	}
-	return fences{table: pgx.Identifier{c.Schema, "tenant_fences"}.Sanitize(), refuse: pgx.Identifier{c.Schema, "tenant_moved"}.Sanitize()}
+	return fences{table: pgx.Identifier{c.Schema, "tenant_fences"}.Sanitize(), refuse: pgx.Identifier{c.Schema, "tenant_moved"}.Sanitize(),
+		isolation: pgx.Identifier{c.Schema, "tenant_fences_read_committed"}.Sanitize()}
 }
 
 // WithDefaults returns a copy of c (which may be nil) with every unset field set to its default.
