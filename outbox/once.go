@@ -174,16 +174,22 @@ func idleConn(db any) *pgx.Conn {
 // rollback ends the transaction that PutOnce's batch opened on conn, if a statement failed
 // before its COMMIT: Postgres skips the rest of the batch, COMMIT included, and leaves the
 // connection in a failed transaction after the batch's Sync, where a pool would close it and a
-// caller could not use it. As pgx's Tx.Rollback does, a connection that the ROLLBACK fails on is
-// closed.
+// caller could not use it. The ROLLBACK is sent even when ctx has ended meanwhile (the
+// statement's failure may be why), bounded by rollbackTimeout. As pgx's Tx.Rollback does, a
+// connection that the ROLLBACK fails on is closed.
 func rollback(ctx context.Context, conn *pgx.Conn) {
 	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
 		return
 	}
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		_ = conn.Close(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.Close(rctx)
 	}
 }
+
+// rollbackTimeout bounds rollback's ROLLBACK, which waits for no lock.
+const rollbackTimeout = 5 * time.Second
 
 // putOnceStatement writes the record ($1 consumer, $2 ID, $3 digest) and puts the message ($2
 // ID, $4 topic, $5 ordering key, $6 payload, $7 headers, $8 digest) when the record is new, and

@@ -65,9 +65,12 @@ func (f fences) where(tenant string, sealedOnly bool) string {
 // tenant_fences_read_committed, which raises SQLSTATE 0A000 (feature_not_supported) saying so, as
 // a partitioned receipts table's trigger does: a snapshot older than the statement (REPEATABLE
 // READ, SERIALIZABLE) may predate a fence that Move's barrier did not wait for. OR evaluates its
-// left side first, so a READ COMMITTED statement never calls the function.
+// left side first, so a READ COMMITTED statement never calls the function. The check is a scalar
+// subquery of no column, planned as a one-time filter evaluated once per statement: written as a
+// bare condition, the function (volatile) became a filter on the receipts found, and a
+// reservation of a new key, which finds none, was never checked.
 func (f fences) readCommitted() string {
-	return fmt.Sprintf(" AND (current_setting('transaction_isolation') = 'read committed' OR %s())", f.isolation)
+	return fmt.Sprintf(" AND (SELECT current_setting('transaction_isolation') = 'read committed' OR %s())", f.isolation)
 }
 
 func sealed(sealedOnly bool) string {

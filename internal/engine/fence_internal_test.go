@@ -178,3 +178,27 @@ func TestSealedTenantsHeartbeatStopsTheAttempt(t *testing.T) {
 	require.Error(t, ctx.Err(), "the attempt goes on after its tenant's fence was sealed")
 	requireMoved(t, context.Cause(ctx), "moved")
 }
+
+// TestFencedReservationOfANewKeyRefusesRepeatableRead: a reservation of a key no receipt holds
+// yet, sent where the role's default isolation is REPEATABLE READ, is refused as a statement that
+// finds a receipt is: the check is evaluated once per statement, not once per receipt found.
+func TestFencedReservationOfANewKeyRefusesRepeatableRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	migrated := reserveStore(t, Config{TenantFences: true})
+	s, err := NewStore(db, &migrated.cfg)
+	require.NoError(t, err)
+	_, err = s.Do(ctx, tenantCall(t, "new-key", "acme"), storedResult)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "a new key was reserved under REPEATABLE READ")
+	require.Equal(t, "0A000", pgErr.Code)
+	var n int
+	require.NoError(t, s.db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize()).Scan(&n))
+	require.Zero(t, n, "a receipt was written under REPEATABLE READ")
+}
