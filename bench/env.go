@@ -384,39 +384,35 @@ func keyedProbe(p *pgxpool.Pool, id string) op {
 
 // readByHand is a replay's read written by hand: by its key, the columns a replay needs (the
 // fingerprint to check, the state, the stored outcome), and nothing around it.
-func readByHand(p *pgxpool.Pool, id string) op {
-	return func(ctx context.Context) error {
-		var (
-			fp, result, failure []byte
-			version             int16
-			state               string
-			errType, errMessage *string
-		)
-		return p.QueryRow(ctx, `SELECT fingerprint, fingerprint_version, state, result, failure, error_type, error_message
-	FROM `+schema+`.receipts WHERE (namespace, tenant, operation, id) = ('bench', '', 'Charge', $1)`, id).
-			Scan(&fp, &version, &state, &result, &failure, &errType, &errMessage)
-	}
-}
+func readByHand(p *pgxpool.Pool, id string) op { return readByHandAs(p, id, false) }
 
 // readByHandWithCompensation is readByHand with what else a replay must know of the receipt:
 // whether a compensation of its step completed (a replay of a compensated step is refused, see
 // activity's CompensatedError), one more probe, of the compensations' partial index, in the
 // same statement, as the replay's lookup makes it.
-func readByHandWithCompensation(p *pgxpool.Pool, id string) op {
+func readByHandWithCompensation(p *pgxpool.Pool, id string) op { return readByHandAs(p, id, true) }
+
+// readByHandAs is readByHand, with the compensation probe when compensation is set.
+func readByHandAs(p *pgxpool.Pool, id string, compensation bool) op {
+	probe, column := "", "NULL::text"
+	if compensation {
+		probe = ` LEFT JOIN LATERAL (SELECT token FROM ` + schema + `.receipts
+		WHERE compensates = r.token AND state = 'completed' LIMIT 1) AS c ON true`
+		column = "c.token"
+	}
+	read := `SELECT r.fingerprint, r.fingerprint_version, r.state, r.result, r.failure, r.error_type,
+	r.error_message, ` + column + `
+	FROM ` + schema + `.receipts AS r` + probe + `
+	WHERE (r.namespace, r.tenant, r.operation, r.id) = ('bench', '', 'Charge', $1)`
 	return func(ctx context.Context) error {
 		var (
 			fp, result, failure []byte
 			version             int16
 			state               string
 			errType, errMessage *string
-			compensation        *string
+			compensatedBy       *string
 		)
-		return p.QueryRow(ctx, `SELECT r.fingerprint, r.fingerprint_version, r.state, r.result, r.failure, r.error_type,
-	r.error_message, c.token
-	FROM `+schema+`.receipts AS r LEFT JOIN LATERAL (SELECT token FROM `+schema+`.receipts
-		WHERE compensates = r.token AND state = 'completed' LIMIT 1) AS c ON true
-	WHERE (r.namespace, r.tenant, r.operation, r.id) = ('bench', '', 'Charge', $1)`, id).
-			Scan(&fp, &version, &state, &result, &failure, &errType, &errMessage, &compensation)
+		return p.QueryRow(ctx, read, id).Scan(&fp, &version, &state, &result, &failure, &errType, &errMessage, &compensatedBy)
 	}
 }
 

@@ -138,17 +138,9 @@ func TestFencedStoreRefusesRepeatableRead(t *testing.T) {
 func TestFencedDoInNewTxIsReadCommitted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	migrated := reserveStore(t, Config{TenantFences: true})
-	s, err := NewStore(db, &migrated.cfg)
-	require.NoError(t, err)
+	s := repeatableReadStore(t)
 	var level string
-	_, err = s.DoInNewTx(ctx, tenantCall(t, "new-tx", "acme"), func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
+	_, err := s.DoInNewTx(ctx, tenantCall(t, "new-tx", "acme"), func(ctx context.Context, tx pgx.Tx) (*commonpb.Payload, error) {
 		if err := tx.QueryRow(ctx, "SHOW transaction_isolation").Scan(&level); err != nil {
 			return nil, err
 		}
@@ -185,20 +177,28 @@ func TestSealedTenantsHeartbeatStopsTheAttempt(t *testing.T) {
 func TestFencedReservationOfANewKeyRefusesRepeatableRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	migrated := reserveStore(t, Config{TenantFences: true})
-	s, err := NewStore(db, &migrated.cfg)
-	require.NoError(t, err)
-	_, err = s.Do(ctx, tenantCall(t, "new-key", "acme"), storedResult)
+	s := repeatableReadStore(t)
+	_, err := s.Do(ctx, tenantCall(t, "new-key", "acme"), storedResult)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr, "a new key was reserved under REPEATABLE READ")
 	require.Equal(t, "0A000", pgErr.Code)
 	var n int
 	require.NoError(t, s.db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.cfg.Schema, "receipts"}.Sanitize()).Scan(&n))
 	require.Zero(t, n, "a receipt was written under REPEATABLE READ")
+}
+
+// repeatableReadStore is a fenced store in a migrated schema of its own, on a pool whose
+// connections default to REPEATABLE READ, as a role's or database's setting can make them.
+func repeatableReadStore(t *testing.T) *Store {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	migrated := reserveStore(t, Config{TenantFences: true})
+	s, err := NewStore(db, &migrated.cfg)
+	require.NoError(t, err)
+	return s
 }
