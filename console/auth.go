@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/binary"
 	"net"
 	"net/http"
 	"strings"
@@ -39,7 +38,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cache-Control", "no-store")
 
 	if name, _, guess := r.BasicAuth(); guess {
-		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr), h.spillOf(name)); held {
+		if wait, held := h.signIns.heldOff(clientOf(r.RemoteAddr), name); held {
 			hd.Set("Retry-After", retryAfter(wait))
 			http.Error(w, "429 too many failed sign-ins: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
 			return
@@ -90,19 +89,9 @@ func (h *Handler) authenticate(r *http.Request) (credential, bool) {
 		match |= same
 	}
 	if match != 1 {
-		h.signIns.failed(clientOf(r.RemoteAddr), h.spillOf(name))
+		h.signIns.failed(clientOf(r.RemoteAddr), name)
 	}
 	return found, match == 1
-}
-
-// spillOf is the sign-in limiter's spill bucket for a sign-in as name: a hash of the name keyed
-// by the console's Secret, so that a guesser can neither aim at a user's bucket without knowing
-// the name, nor tell a user's name from another by the bucket it falls into.
-func (h *Handler) spillOf(name string) int {
-	m := hmac.New(sha256.New, h.cfg.Secret)
-	m.Write([]byte("tempotent console sign-in spill\x00"))
-	m.Write([]byte(name))
-	return int(binary.BigEndian.Uint64(m.Sum(nil)) % uint64(len(h.signIns.spill)))
 }
 
 // fromLoopback reports whether r came straight from a loopback address, through no proxy that

@@ -154,7 +154,7 @@ func New(cfg Config) (*Handler, error) {
 		_, _ = rand.Read(cfg.Secret)
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}, cross: http.NewCrossOriginProtection(),
-		signIns: newSignIns(cfg.FailedSignIns)}
+		signIns: newSignIns(cfg.FailedSignIns, cfg.Secret)}
 	for _, u := range cfg.Users {
 		h.users = append(h.users, credential{User: u, name: sha256.Sum256([]byte(u.Name)), password: sha256.Sum256([]byte(u.Password))})
 	}

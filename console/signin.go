@@ -3,6 +3,9 @@
 package console
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"strconv"
@@ -62,8 +65,9 @@ type signIns struct {
 	buckets map[netip.Prefix]*bucket
 	swept   time.Time // the last forgetRefilled
 	// spill is the buckets of the addresses not remembered while buckets is full, by a keyed
-	// hash of the name signed in as (Handler.spillOf).
+	// hash of the name signed in as (spillOf), keyed by key (the console's Secret).
 	spill []bucket
+	key   []byte
 }
 
 // bucket is one address's tokens, as of last.
@@ -75,9 +79,9 @@ type bucket struct {
 // unparsed is the limiter's key for every remote address it cannot parse.
 var unparsed = netip.Prefix{}
 
-// newSignIns returns a limiter.
-func newSignIns(limit SignInLimit) *signIns {
-	s := &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}, spill: make([]bucket, signInSpillBuckets)}
+// newSignIns returns a limiter whose spill buckets are chosen by a hash keyed by key.
+func newSignIns(limit SignInLimit, key []byte) *signIns {
+	s := &signIns{limit: limit, now: time.Now, buckets: map[netip.Prefix]*bucket{}, spill: make([]bucket, signInSpillBuckets), key: key}
 	for i := range s.spill {
 		s.spill[i].tokens = float64(limit.Burst)
 	}
@@ -109,9 +113,9 @@ func (s *signIns) refill(b *bucket, now time.Time) {
 	b.last = now
 }
 
-// heldOff reports whether client, signing in as the name of spill bucket name, has no try
-// left, and when it gets the next.
-func (s *signIns) heldOff(client netip.Prefix, name int) (time.Duration, bool) {
+// heldOff reports whether client, signing in as name, has no try left, and when it gets the
+// next.
+func (s *signIns) heldOff(client netip.Prefix, name string) (time.Duration, bool) {
 	if s.limit.Burst < 0 {
 		return 0, false
 	}
@@ -125,7 +129,7 @@ func (s *signIns) heldOff(client netip.Prefix, name int) (time.Duration, bool) {
 		if len(s.buckets) < signInAddressesMax {
 			return 0, false
 		}
-		b = &s.spill[name]
+		b = s.spillOf(name)
 	}
 	now := s.now()
 	s.refill(b, now)
@@ -135,8 +139,8 @@ func (s *signIns) heldOff(client netip.Prefix, name int) (time.Duration, bool) {
 	return time.Duration((1 - b.tokens) * float64(s.limit.Every)), true
 }
 
-// failed takes one try from client, which signed in as the name of spill bucket name.
-func (s *signIns) failed(client netip.Prefix, name int) {
+// failed takes one try from client, which signed in as name.
+func (s *signIns) failed(client netip.Prefix, name string) {
 	if s.limit.Burst < 0 {
 		return
 	}
@@ -152,7 +156,7 @@ func (s *signIns) failed(client netip.Prefix, name int) {
 			s.forgetRefilled(now)
 		}
 		if len(s.buckets) >= signInAddressesMax {
-			b = &s.spill[name]
+			b = s.spillOf(name)
 		} else {
 			b = &bucket{tokens: float64(s.limit.Burst), last: now}
 			s.buckets[client] = b
@@ -160,6 +164,17 @@ func (s *signIns) failed(client netip.Prefix, name int) {
 	}
 	s.refill(b, now)
 	b.tokens--
+}
+
+// spillOf is the spill bucket of a sign-in as name, hashed only once the limiter is full: a
+// hash of the name keyed by the console's Secret, so that a guesser can neither aim at a user's
+// bucket without knowing the name, nor tell a user's name from another by the bucket it falls
+// into.
+func (s *signIns) spillOf(name string) *bucket {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte("tempotent console sign-in spill\x00"))
+	m.Write([]byte(name))
+	return &s.spill[binary.BigEndian.Uint64(m.Sum(nil))%uint64(len(s.spill))]
 }
 
 // forgetRefilled drops the buckets that are full again: their addresses are as if never seen.
